@@ -1,0 +1,25 @@
+// A decode engine's interface: owns a budgeted DRAM buffer for prompts being
+// prefilled, serves hit Layer Blocks on the DE read path, merges miss KV, then
+// copies the complete prompt KV into GPU memory once, decodes and persists
+// each completed block.
+#pragma once
+
+#include <caf/typed_actor.hpp>
+
+#include "actors/type_ids.hpp"
+
+namespace dualpath::actors {
+
+using decode_engine_actor = caf::typed_actor<
+  // Reserve buffer space for an assignment's prompt KV; on the DE read path
+  // also start reading the decode-side hit blocks. Replies with the slot the
+  // prefill engine writes Layer Blocks into.
+  caf::replies_to<admit_atom, assignment>::with<decode_slot>,
+  // Layer `layer` of a request is complete in the buffer.
+  caf::reacts_to<layer_atom, layer_ready>,
+  // Where the decode-side hit blocks of a request are (after admit).
+  caf::replies_to<load_atom, uint64_t>::with<read_completion>,
+  // The engine's current seq_e / tok_e / read queue / free HBM.
+  caf::replies_to<status_atom>::with<engine_load>>;
+
+} // namespace dualpath::actors

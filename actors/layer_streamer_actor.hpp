@@ -1,0 +1,19 @@
+// A layer streamer's interface: moves a batch's KV layer by layer within a
+// window of resident layers so transfers overlap compute, and measures each
+// step (read, transfer, H2D, compute, send).
+#pragma once
+
+#include <caf/typed_actor.hpp>
+
+#include "actors/type_ids.hpp"
+
+namespace dualpath::actors {
+
+using layer_streamer_actor = caf::typed_actor<
+  // Stream a batch; replies with per-layer timings once every layer is done.
+  caf::replies_to<stream_atom, stream_plan>::with<stream_report>,
+  // The prefill engine finished computing a layer: its GPU memory may be
+  // released and the next layer admitted to the window.
+  caf::reacts_to<layer_atom, layer_ready>>;
+
+} // namespace dualpath::actors

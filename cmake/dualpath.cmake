@@ -1,0 +1,73 @@
+# Project-wide helpers: warnings, sanitizers, one library per module folder, one
+# ctest entry per test file.
+
+function(dualpath_target_defaults target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Werror>)
+  if(DUALPATH_SANITIZE STREQUAL "address")
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all>)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  elseif(DUALPATH_SANITIZE STREQUAL "thread")
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread>)
+    target_link_options(${target} PRIVATE -fsanitize=thread)
+  elseif(NOT DUALPATH_SANITIZE STREQUAL "")
+    message(FATAL_ERROR "DUALPATH_SANITIZE must be '', 'address' or 'thread', not '${DUALPATH_SANITIZE}'")
+  endif()
+endfunction()
+
+# dualpath_module(NAME DEPS ...): library dualpath_<NAME> from the .cpp files of the
+# calling folder (not its subfolders: a subfolder is a module of its own, e.g.
+# transport/bulk -> dualpath_transport_bulk). Headers are included as
+# "<folder>/<file>.hpp" from the repository root.
+function(dualpath_module name)
+  cmake_parse_arguments(M "" "" "DEPS;EXCLUDE" ${ARGN})
+  file(GLOB srcs CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/*.cpp")
+  foreach(ex IN LISTS M_EXCLUDE)
+    list(FILTER srcs EXCLUDE REGEX "${ex}")
+  endforeach()
+  if(srcs)
+    add_library(dualpath_${name} STATIC ${srcs})
+    target_include_directories(dualpath_${name} PUBLIC "${PROJECT_SOURCE_DIR}")
+    target_link_libraries(dualpath_${name} PUBLIC ${M_DEPS})
+    dualpath_target_defaults(dualpath_${name})
+  else()
+    add_library(dualpath_${name} INTERFACE)
+    target_include_directories(dualpath_${name} INTERFACE "${PROJECT_SOURCE_DIR}")
+    target_link_libraries(dualpath_${name} INTERFACE ${M_DEPS})
+  endif()
+endfunction()
+
+# dualpath_suite(FILE LIBS ...): one executable and one ctest entry per test file.
+# Each test file names its area on a line `// ctest-label: <area>`; areas are
+# foundation storage transport engines scheduler run distribution observability sim.
+# A suite exits 77 to report "skipped" (hardware absent), after printing why.
+set(DUALPATH_TEST_AREAS foundation storage transport engines scheduler run distribution observability sim)
+function(dualpath_suite file)
+  cmake_parse_arguments(S "" "" "LIBS" ${ARGN})
+  file(RELATIVE_PATH rel "${PROJECT_SOURCE_DIR}/tests" "${file}")
+  string(REGEX REPLACE "\\.cpp$" "" stem "${rel}")
+  string(REPLACE "/" "." test_name "${stem}")
+  string(REPLACE "/" "_" exe "test_${stem}")
+  file(STRINGS "${file}" label_line REGEX "^// ctest-label: [a-z]+")
+  if(NOT label_line)
+    message(FATAL_ERROR "${rel}: missing a '// ctest-label: <area>' line")
+  endif()
+  string(REGEX REPLACE "^// ctest-label: ([a-z]+).*" "\\1" label "${label_line}")
+  if(NOT label IN_LIST DUALPATH_TEST_AREAS)
+    message(FATAL_ERROR "${rel}: label '${label}' is not one of ${DUALPATH_TEST_AREAS}")
+  endif()
+  # tests/<a>/<b>/x.cpp tests the module dualpath_<a>_<b>; tests/cmd/ tests the command.
+  get_filename_component(dir "${rel}" DIRECTORY)
+  string(REPLACE "/" "_" module "dualpath_${dir}")
+  if(NOT TARGET ${module})
+    message(FATAL_ERROR "${rel}: tests/${dir} mirrors no module (no target ${module})")
+  endif()
+  add_executable(${exe} "${file}")
+  target_link_libraries(${exe} PRIVATE dualpath_test_support ${module} ${S_LIBS})
+  dualpath_target_defaults(${exe})
+  set_target_properties(${exe} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
+  add_test(NAME ${test_name} COMMAND ${exe})
+  set_tests_properties(${test_name} PROPERTIES LABELS "${label}" SKIP_RETURN_CODE 77
+    TIMEOUT 300 ENVIRONMENT "DUALPATH_BUILD_DIR=${CMAKE_BINARY_DIR};DUALPATH_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+endfunction()

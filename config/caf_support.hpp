@@ -1,0 +1,33 @@
+// Small CAF 0.17.6 helpers shared by every module (config is the module every
+// other one depends on).
+#pragma once
+
+#include <string>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
+#include <caf/message.hpp>
+
+namespace dualpath::config {
+
+/// Registers the error category `category` of enum `E` (which has
+/// `to_string(E)` found by ADL) so that `actor_system::render(err)` prints
+/// "<prefix>: <code name> (<context>)". CAF 0.17.6's own templated
+/// add_error_category<T> does not compile, hence this helper.
+template <class E>
+void add_error_category(caf::actor_system_config& cfg, caf::atom_value category,
+                        std::string prefix) {
+  cfg.add_error_category(category, [prefix](uint8_t code, caf::atom_value,
+                                            const caf::message& ctx) {
+    auto str = prefix + ": " + to_string(static_cast<E>(code));
+    if (!ctx.empty()) {
+      str += " (";
+      str += ctx.match_element<std::string>(0) ? ctx.get_as<std::string>(0)
+                                               : caf::to_string(ctx);
+      str += ")";
+    }
+    return str;
+  });
+}
+
+} // namespace dualpath::config

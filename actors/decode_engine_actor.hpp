@@ -11,15 +11,15 @@
 namespace dualpath::actors {
 
 using decode_engine_actor = caf::typed_actor<
-  // Reserve buffer space for an assignment's prompt KV; on the DE read path
-  // also start reading the decode-side hit blocks. Replies with the slot the
-  // prefill engine writes Layer Blocks into.
-  caf::replies_to<admit_atom, assignment>::with<decode_slot>,
-  // Layer `layer` of a request is complete in the buffer.
-  caf::reacts_to<layer_atom, layer_ready>,
-  // Where the decode-side hit blocks of a request are (after admit).
-  caf::replies_to<load_atom, uint64_t>::with<read_completion>,
-  // The engine's current seq_e / tok_e / read queue / free HBM.
-  caf::replies_to<status_atom>::with<engine_load>>;
+    // Reserve buffer space for an assignment's prompt KV; on the DE read path
+    // also start reading the decode-side hit blocks. Replies with the slot the
+    // prefill engine writes Layer Blocks into.
+    caf::replies_to<admit_atom, assignment>::with<decode_slot>,
+    // Layer `layer` of a request is complete in the buffer.
+    caf::reacts_to<layer_atom, layer_ready>,
+    // Where the decode-side hit blocks of a request are (after admit).
+    caf::replies_to<load_atom, uint64_t>::with<read_completion>,
+    // The engine's current seq_e / tok_e / read queue / free HBM.
+    caf::replies_to<status_atom>::with<engine_load>>;
 
 } // namespace dualpath::actors

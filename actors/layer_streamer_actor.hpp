@@ -10,10 +10,10 @@
 namespace dualpath::actors {
 
 using layer_streamer_actor = caf::typed_actor<
-  // Stream a batch; replies with per-layer timings once every layer is done.
-  caf::replies_to<stream_atom, stream_plan>::with<stream_report>,
-  // The prefill engine finished computing a layer: its GPU memory may be
-  // released and the next layer admitted to the window.
-  caf::reacts_to<layer_atom, layer_ready>>;
+    // Stream a batch; replies with per-layer timings once every layer is done.
+    caf::replies_to<stream_atom, stream_plan>::with<stream_report>,
+    // The prefill engine finished computing a layer: its GPU memory may be
+    // released and the next layer admitted to the window.
+    caf::reacts_to<layer_atom, layer_ready>>;
 
 } // namespace dualpath::actors

@@ -32,7 +32,6 @@ enum class engine_role : uint8_t {
 
 std::string to_string(engine_role x);
 
-
 /// Names one engine in the cluster: the node it runs on, its role and its rank
 /// inside the node's engine group (rank 0 is the group leader).
 struct engine_id {
@@ -58,12 +57,12 @@ typename Inspector::result_type inspect(Inspector& f, engine_id& x) {
 /// One turn of one agent: the prompt's token ids (all earlier appends and
 /// generations plus the new append) and how many tokens to generate.
 struct request_spec {
-  uint64_t id = 0;           ///< Unique per run.
-  uint64_t agent = 0;        ///< Trajectory (agent) id.
-  uint32_t turn = 0;         ///< Turn index inside the trajectory.
+  uint64_t id = 0;              ///< Unique per run.
+  uint64_t agent = 0;           ///< Trajectory (agent) id.
+  uint32_t turn = 0;            ///< Turn index inside the trajectory.
   std::vector<uint32_t> tokens; ///< Prompt token ids.
-  uint32_t gen_tokens = 0;   ///< Tokens to generate in decode.
-  int64_t arrival_ns = 0;    ///< When the request became ready.
+  uint32_t gen_tokens = 0;      ///< Tokens to generate in decode.
+  int64_t arrival_ns = 0;       ///< When the request became ready.
 };
 
 template <class Inspector>
@@ -252,7 +251,8 @@ typename Inspector::result_type inspect(Inspector& f, persist_request& x) {
            x.source);
 }
 
-// -- layer streaming ------------------------------------------------------------
+// -- layer streaming
+// ------------------------------------------------------------
 
 /// Timings of one layer of one batch, in ns (0 = step absent on this path).
 struct layer_timing {
@@ -313,7 +313,8 @@ typename Inspector::result_type inspect(Inspector& f, stream_report& x) {
            x.bytes_moved);
 }
 
-// -- decode engine --------------------------------------------------------------
+// -- decode engine
+// --------------------------------------------------------------
 
 /// The decode engine's slot for one prompt's KV: the buffer region the prefill
 /// engine writes Layer Blocks into (layer-major, see transport/storage layout).
@@ -337,11 +338,11 @@ struct layer_ready {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, layer_ready& x) {
-  return f(caf::meta::type_name("layer_ready"), x.request_id, x.layer,
-           x.bytes);
+  return f(caf::meta::type_name("layer_ready"), x.request_id, x.layer, x.bytes);
 }
 
-// -- bulk transport endpoint ----------------------------------------------------
+// -- bulk transport endpoint
+// ----------------------------------------------------
 
 /// How to reach a node's bulk endpoint: the backend in use and its connection
 /// details (host:port for tcp; serialized queue-pair info for verbs).
@@ -402,7 +403,8 @@ typename Inspector::result_type inspect(Inspector& f, batch_completion& x) {
            x.failed_ops, x.error);
 }
 
-// -- nodes and observation --------------------------------------------------------
+// -- nodes and observation
+// --------------------------------------------------------
 
 /// A node joining the cluster: its name, roles, bulk endpoint and actor handles
 /// (engines, storage readers) by name.
@@ -466,8 +468,8 @@ struct event_record {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, event_record& x) {
-  return f(caf::meta::type_name("event_record"), x.source, x.kind,
-           x.request_id, x.at_ns, x.detail);
+  return f(caf::meta::type_name("event_record"), x.source, x.kind, x.request_id,
+           x.at_ns, x.detail);
 }
 
 } // namespace dualpath::actors

@@ -9,11 +9,11 @@
 namespace dualpath::actors {
 
 using node_supervisor_actor = caf::typed_actor<
-  // A node joins; replies with the current cluster view.
-  caf::replies_to<join_atom, node_info>::with<cluster_view>,
-  // A node leaves on purpose (a lost node is noticed by monitoring).
-  caf::reacts_to<leave_atom, std::string>,
-  // The current cluster view.
-  caf::replies_to<view_atom>::with<cluster_view>>;
+    // A node joins; replies with the current cluster view.
+    caf::replies_to<join_atom, node_info>::with<cluster_view>,
+    // A node leaves on purpose (a lost node is noticed by monitoring).
+    caf::reacts_to<leave_atom, std::string>,
+    // The current cluster view.
+    caf::replies_to<view_atom>::with<cluster_view>>;
 
 } // namespace dualpath::actors

@@ -9,9 +9,9 @@
 namespace dualpath::actors {
 
 using observer_actor = caf::typed_actor<
-  // A periodic state snapshot of one actor.
-  caf::reacts_to<snapshot_atom, state_snapshot>,
-  // One event (reroute, error, failover, span).
-  caf::reacts_to<event_atom, event_record>>;
+    // A periodic state snapshot of one actor.
+    caf::reacts_to<snapshot_atom, state_snapshot>,
+    // One event (reroute, error, failover, span).
+    caf::reacts_to<event_atom, event_record>>;
 
 } // namespace dualpath::actors

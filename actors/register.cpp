@@ -12,7 +12,7 @@
 static_assert(caf::id_block::dualpath_transport::end <= 250,
               "transport block overflows into transport_storage's range");
 static_assert(caf::id_block::dualpath_actors::begin == 450
-                && caf::id_block::dualpath_actors::end <= 600,
+                  && caf::id_block::dualpath_actors::end <= 600,
               "actors block out of its range");
 
 namespace dualpath::actors {
@@ -28,7 +28,8 @@ void collect_names(std::vector<std::string>& out,
 template <class Block>
 void collect_names(std::vector<std::string>& out) {
   collect_names<Block>(
-    out, std::make_integer_sequence<caf::type_id_t, Block::end - Block::begin>{});
+      out,
+      std::make_integer_sequence<caf::type_id_t, Block::end - Block::begin>{});
 }
 
 } // namespace

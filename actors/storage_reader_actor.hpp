@@ -11,13 +11,15 @@
 namespace dualpath::actors {
 
 using storage_reader_actor = caf::typed_actor<
-  // Read Full Blocks into the buffer pool; failed blocks are listed, not fatal.
-  caf::replies_to<read_atom, read_request>::with<read_completion>,
-  // Return a lease's buffer space to the pool.
-  caf::reacts_to<release_atom, uint64_t>,
-  // Persist a completed block to storage (replies with its hash when durable).
-  caf::replies_to<persist_atom, persist_request>::with<block_hash>,
-  // The read queue's length (read_q) in tokens and bytes.
-  caf::replies_to<queue_atom>::with<read_queue_status>>;
+    // Read Full Blocks into the buffer pool; failed blocks are listed, not
+    // fatal.
+    caf::replies_to<read_atom, read_request>::with<read_completion>,
+    // Return a lease's buffer space to the pool.
+    caf::reacts_to<release_atom, uint64_t>,
+    // Persist a completed block to storage (replies with its hash when
+    // durable).
+    caf::replies_to<persist_atom, persist_request>::with<block_hash>,
+    // The read queue's length (read_q) in tokens and bytes.
+    caf::replies_to<queue_atom>::with<read_queue_status>>;
 
 } // namespace dualpath::actors

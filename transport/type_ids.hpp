@@ -9,6 +9,6 @@
 #include "transport/types.hpp"
 
 CAF_BEGIN_TYPE_ID_BLOCK(dualpath_transport, 200)
-  CAF_ADD_TYPE_ID(dualpath_transport, (dualpath::transport::traffic_class))
-  CAF_ADD_TYPE_ID(dualpath_transport, (dualpath::transport::remote_region))
+CAF_ADD_TYPE_ID(dualpath_transport, (dualpath::transport::traffic_class))
+CAF_ADD_TYPE_ID(dualpath_transport, (dualpath::transport::remote_region))
 CAF_END_TYPE_ID_BLOCK(dualpath_transport)

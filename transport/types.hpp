@@ -1,6 +1,6 @@
 // Shared value types of the transport module: block hashes, traffic classes and
-// remote region descriptors. Everything here is a plain value type with inspect()
-// beside it, so it can cross the network inside actor messages.
+// remote region descriptors. Everything here is a plain value type with
+// inspect() beside it, so it can cross the network inside actor messages.
 //
 // Thread safety: value types, no shared state.
 #pragma once
@@ -36,23 +36,22 @@ std::string to_string(traffic_class x);
 /// Parses "control" or "kv"; false on anything else.
 bool from_string(std::string_view str, traffic_class& x);
 
-
 /// A registered memory region of some node, as seen by a remote peer: the
 /// copyable, serialisable half of a registration (the local half owns it).
 /// `key` authorises writes into the region (the rkey for verbs, a random
 /// 64-bit token for tcp/local). Offsets are relative to the region's start;
 /// `base` is the region's address in the owner's address space (used by verbs).
 struct remote_region {
-  std::string node;     ///< Owning node's name.
+  std::string node;       ///< Owning node's name.
   uint32_t region_id = 0; ///< Region id, unique per node.
-  uint64_t key = 0;     ///< Access key checked by the owner before every write.
-  uint64_t base = 0;    ///< Owner-side virtual address of byte 0.
-  uint64_t offset = 0;  ///< First byte of this view, relative to the region.
-  uint64_t length = 0;  ///< Bytes in this view.
+  uint64_t key = 0;    ///< Access key checked by the owner before every write.
+  uint64_t base = 0;   ///< Owner-side virtual address of byte 0.
+  uint64_t offset = 0; ///< First byte of this view, relative to the region.
+  uint64_t length = 0; ///< Bytes in this view.
 
   /// A view of `len` bytes starting `off` bytes into this view. Fails with
-  /// `transport_errc::out_of_bounds` unless [off, off+len) lies inside this view
-  /// (overflow-safe).
+  /// `transport_errc::out_of_bounds` unless [off, off+len) lies inside this
+  /// view (overflow-safe).
   caf::expected<remote_region> subrange(uint64_t off, uint64_t len) const;
 
   friend bool operator==(const remote_region& x, const remote_region& y) {

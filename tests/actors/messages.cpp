@@ -22,8 +22,12 @@ namespace {
 
 // Distinct field values, so each one can be found in deep_to_string's output.
 remote_region region(uint64_t seed) {
-  return remote_region{"node" + std::to_string(seed), uint32_t(seed + 1),
-                       seed + 2, seed + 3, seed + 4, seed + 5};
+  return remote_region{"node" + std::to_string(seed),
+                       uint32_t(seed + 1),
+                       seed + 2,
+                       seed + 3,
+                       seed + 4,
+                       seed + 5};
 }
 
 engine_id engine(uint32_t seed) {
@@ -54,7 +58,7 @@ struct fixture {
     REQUIRE(!source(copy));
     auto str = caf::deep_to_string(value);
     CHECK_EQ(caf::deep_to_string(copy), str);
-        for (auto& f : fields)
+    for (auto& f : fields)
       CHECK_MESSAGE(str.find(f) != std::string::npos,
                     "field value " << f << " missing from " << str);
     ++checked;
@@ -82,11 +86,11 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
          "108", "109", "110", "111", "112", "113"});
   check(engine_load{engine(3), 121, 122, 123, 124, 125},
         {"\"eng3\"", "121", "122", "123", "124", "125"});
-  check(group_report{131, engine_role::decode,
+  check(group_report{131,
+                     engine_role::decode,
                      {engine_load{engine(4), 132, 133, 134, 135, 136}}},
         {"131", "\"eng4\"", "132", "136"});
-  check(engine_registration{engine(5), 141, caf::actor{}},
-        {"\"eng5\"", "141"});
+  check(engine_registration{engine(5), 141, caf::actor{}}, {"\"eng5\"", "141"});
   check(read_request{151, {152, 153}, 154, 155},
         {"151", "152", "153", "154", "155"});
   check(buffer_lease{161, 162, 163, region(164)},
@@ -98,9 +102,10 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
         {"191", "192", "193", "\"node194\""});
   check(layer_timing{201, 202, 203, 204, 205, 206},
         {"201", "202", "203", "204", "205", "206"});
-  check(stream_item{211, {buffer_lease{212, 213, 214, region(215)}}, 216,
-                    region(217)},
-        {"211", "212", "\"node215\"", "216", "\"node217\""});
+  check(
+      stream_item{
+          211, {buffer_lease{212, 213, 214, region(215)}}, 216, region(217)},
+      {"211", "212", "\"node215\"", "216", "\"node217\""});
   check(stream_plan{221, 222, 223, {stream_item{224, {}, 225, region(226)}}},
         {"221", "222", "223", "224", "225", "\"node226\""});
   check(stream_report{231, {layer_timing{232, 233, 234, 235, 236, 237}}, 238},
@@ -110,13 +115,17 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
   check(endpoint_info{"n261", "tcp", "127.0.0.1:262", {26, 3}},
         {"\"n261\"", "\"tcp\"", "127.0.0.1:262", "26", "3"});
   check(write_op{271, 272, region(273)}, {"271", "272", "\"node273\""});
-  check(write_batch{281, traffic_class::control, 282,
-                    {write_op{283, 284, region(285)}}},
-        {"281", "282", "283", "284", "\"node285\""});
+  check(
+      write_batch{
+          281, traffic_class::control, 282, {write_op{283, 284, region(285)}}},
+      {"281", "282", "283", "284", "\"node285\""});
   check(batch_completion{291, 292, 293, "boom294"},
         {"291", "292", "293", "boom294"});
-  check(node_info{"n301", {engine(302)},
-                  endpoint_info{"n303", "tcp", "a304", {}}, {"reader305"}, {}},
+  check(node_info{"n301",
+                  {engine(302)},
+                  endpoint_info{"n303", "tcp", "a304", {}},
+                  {"reader305"},
+                  {}},
         {"\"n301\"", "\"eng302\"", "\"n303\"", "a304", "reader305"});
   check(cluster_view{311, {node_info{"n312", {}, {}, {}, {}}}},
         {"311", "\"n312\""});

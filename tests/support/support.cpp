@@ -15,8 +15,8 @@ namespace dualpath::test {
 
 temp_dir::temp_dir(const std::string& prefix) {
   const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix
-                     + "-XXXXXX";
+  std::string tmpl =
+      std::string(base && *base ? base : "/tmp") + "/" + prefix + "-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr)
@@ -83,8 +83,7 @@ process_result run_process(const std::vector<std::string>& argv) {
   int status = 0;
   waitpid(pid, &status, 0);
   process_result res;
-  res.status = WIFEXITED(status) ? WEXITSTATUS(status)
-                                 : 128 + WTERMSIG(status);
+  res.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   lseek(out_fd, 0, SEEK_SET);
   lseek(err_fd, 0, SEEK_SET);
   res.out = slurp(out_fd);

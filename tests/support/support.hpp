@@ -29,13 +29,14 @@ private:
 
 /// Prints "SKIP <suite>: <reason>" and exits with status 77, which ctest
 /// reports as skipped. For suites whose hardware (RDMA NIC, GPU) is absent.
-[[noreturn]] void skip_suite(const std::string& suite, const std::string& reason);
+[[noreturn]] void skip_suite(const std::string& suite,
+                             const std::string& reason);
 
 /// Result of running a process.
 struct process_result {
-  int status = -1;   ///< Exit status, or 128+signal.
-  std::string out;   ///< Captured stdout.
-  std::string err;   ///< Captured stderr.
+  int status = -1; ///< Exit status, or 128+signal.
+  std::string out; ///< Captured stdout.
+  std::string err; ///< Captured stderr.
 };
 
 /// Runs `argv` (argv[0] is a path) with no stdin, capturing stdout and stderr.

@@ -6,6 +6,7 @@
 
 #include <caf/error.hpp>
 #include <caf/fwd.hpp>
+#include <caf/make_message.hpp> // needed by CAF_ERROR_CODE_ENUM
 
 namespace dualpath::transport {
 

@@ -1,0 +1,79 @@
+#include "scheduler/policy.hpp"
+
+#include <algorithm>
+
+#include "scheduler/pe_selection.hpp"
+#include "scheduler/round_robin.hpp"
+
+namespace dualpath::scheduler {
+
+std::string to_string(policy_kind x) {
+  switch (x) {
+    case policy_kind::basic:
+      return "basic";
+    case policy_kind::dualpath:
+      return "dualpath";
+  }
+  return "policy_kind(" + std::to_string(static_cast<int>(x)) + ")";
+}
+
+placement_policy::~placement_policy() = default;
+
+void commit_reads(cluster_state& st, uint32_t pe, uint32_t group,
+                  const request_info& r, const read_split& s) {
+  uint64_t t = r.block_tokens();
+  st.nodes[st.prefill[pe].node].read_q += t * s.pe_side_blocks;
+  st.prefill[pe].read_q = st.nodes[st.prefill[pe].node].read_q;
+  st.nodes[st.decode_groups[group].node].read_q += t * s.de_side_blocks();
+}
+
+dualpath_policy::dualpath_policy(policy_config cfg) : cfg_(cfg) {
+  // Policy is "split unless told otherwise"; pe_only belongs to Basic.
+  if (cfg_.reads == read_mode::pe_only)
+    cfg_.reads = read_mode::shorter_queue;
+}
+
+fetch_result
+dualpath_policy::fetch(cluster_state& st, std::deque<request_info>& waiting,
+                       const std::vector<uint32_t>& pe_candidates) {
+  fetch_result out;
+  touched_.clear();
+  if (st.decode_groups.empty())
+    return out;
+  while (!waiting.empty()) {
+    const auto& r = waiting.front();
+    auto pe = choose_prefill(st, pe_candidates, cfg_.limits);
+    if (!pe)
+      break; // FIFO: the head waits for the next fetch.
+    auto g = choose_decode_group(st);
+    const auto& pn = st.nodes[st.prefill[*pe].node];
+    const auto& dn = st.nodes[st.decode_groups[g].node];
+    auto s = plan_reads(cfg_.reads, pn.read_q, pn.read_tokens_per_s, dn.read_q,
+                        dn.read_tokens_per_s, r.hit_blocks, r.block_tokens());
+    commit_prefill(st, *pe, r, 0);
+    commit_reads(st, *pe, g, r, s);
+    route_to_group(st, g, r);
+    if (std::find(touched_.begin(), touched_.end(), g) == touched_.end())
+      touched_.push_back(g);
+    out.assigned.push_back(fetch_decision{r, *pe, g, s});
+    waiting.pop_front();
+  }
+  for (auto g : touched_) {
+    auto p = place_in_group(st, g, cfg_.de_headroom);
+    out.placed.insert(out.placed.end(), p.begin(), p.end());
+  }
+  return out;
+}
+
+std::vector<de_placement> dualpath_policy::place(cluster_state& st,
+                                                 uint32_t group) {
+  return place_in_group(st, group, cfg_.de_headroom);
+}
+
+std::unique_ptr<placement_policy> make_policy(const policy_config& cfg) {
+  if (cfg.kind == policy_kind::basic)
+    return std::make_unique<round_robin_policy>(cfg);
+  return std::make_unique<dualpath_policy>(cfg);
+}
+
+} // namespace dualpath::scheduler

@@ -1,0 +1,39 @@
+// [hardware]: the machines, per node and per GPU. Defaults = paper-hopper.
+#include "config/keys.hpp"
+
+namespace dualpath::config::keys {
+
+void add_hardware(std::vector<key_spec>& out) {
+  out.push_back(profile_key("hardware", "paper-hopper"));
+  out.push_back(int_key("hardware.gpus_per_node", 8, "GPUs",
+                        "GPUs per node (g); each has its own compute NIC.",
+                        range::at_least(1)));
+  out.push_back(real_key("hardware.cnic_gbps", 400, "Gb/s",
+                         "Compute-NIC bandwidth per GPU (B), per direction.",
+                         range::above(0)));
+  out.push_back(real_key("hardware.snic_gbps", 400, "Gb/s",
+                         "Bandwidth of one storage NIC; a node's storage "
+                         "bandwidth is snic_gbps x snic_per_node (s x B).",
+                         range::above(0)));
+  out.push_back(int_key("hardware.snic_per_node", 1, "NICs",
+                        "Storage NICs per node.", range::at_least(1)));
+  out.push_back(real_key("hardware.dram_gbs", 500, "GB/s",
+                         "DRAM bandwidth per node (M), half duplex: reads and "
+                         "writes share it.",
+                         range::above(0)));
+  out.push_back(real_key("hardware.gpu_tflops", 989, "TFLOP/s",
+                         "Peak dense BF16 throughput per GPU (Hopper: 989).",
+                         range::above(0)));
+  out.push_back(real_key("hardware.gpu_efficiency", 0.5, "",
+                         "Achieved fraction of gpu_tflops in prefill "
+                         "(assumption; the paper does not state it).",
+                         range::above_at_most(0, 1)));
+  out.push_back(
+      real_key("hardware.hbm_gib", 80, "GiB", "HBM per GPU.", range::above(0)));
+  out.push_back(real_key("hardware.dram_buffer_gib", 80, "GiB",
+                         "DRAM buffer for KV per node (paper: 80 GB for "
+                         "DeepSeek models, 320 GB for Qwen).",
+                         range::above(0)));
+}
+
+} // namespace dualpath::config::keys

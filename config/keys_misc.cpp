@@ -1,0 +1,81 @@
+// [gpu], [engines], [scheduler], [run], [caf]: small sections, one function
+// each (move a section to its own file when it grows).
+#include "config/keys.hpp"
+
+namespace dualpath::config::keys {
+
+void add_gpu(std::vector<key_spec>& out) {
+  out.push_back(choice_key("gpu.backend", "auto", {"auto", "cuda", "host"},
+                           "Device memory backend; auto probes CUDA and falls "
+                           "back to host memory standing in for HBM."));
+  out.push_back(
+      int_key("gpu.device", 0, "", "CUDA device ordinal.", range::at_least(0)));
+  out.push_back(bool_key("gpu.h2d_via_transport", false,
+                         "Route host-to-device copies through the bulk "
+                         "transport (CNIC-centric, brief 2.3) instead of a "
+                         "local copy."));
+}
+
+void add_engines(std::vector<key_spec>& out) {
+  out.push_back(int_key("engines.layer_window", 2, "layers",
+                        "Layers whose KV may be in flight or resident on the "
+                        "GPU at once (prefetch depth).",
+                        range::at_least(1)));
+  out.push_back(choice_key("engines.mode", "dualpath",
+                           {"dualpath", "basic", "layerwise", "oracle"},
+                           "basic: PE-only loading, no layerwise; layerwise: "
+                           "PE-only with layerwise prefill; dualpath: both "
+                           "paths; oracle: all I/O bypassed."));
+}
+
+void add_scheduler(std::vector<key_spec>& out) {
+  out.push_back(real_key("scheduler.alpha_s", 3.0, "s",
+                         "alpha: a read queue is short if readable within "
+                         "this time.",
+                         range::above(0)));
+  out.push_back(real_key("scheduler.beta_s", 5.0, "s",
+                         "beta: an engine is overloaded if its tokens need "
+                         "more than this time to process.",
+                         range::above(0)));
+  out.push_back(int_key("scheduler.quota_ms", 300, "ms",
+                        "Compute quota of one prefill batch (intra-engine "
+                        "packing).",
+                        range::at_least(1)));
+  out.push_back(int_key("scheduler.fetch_period_ms", 10, "ms",
+                        "How often engine groups fetch work.",
+                        range::at_least(1)));
+  out.push_back(bool_key("scheduler.split_reads", true,
+                         "Split one request's reads across both paths "
+                         "(the paper's future work)."));
+  out.push_back(real_key("scheduler.de_headroom", 1.05, "",
+                         "Z factor of decode-engine selection.",
+                         range::at_least(1)));
+}
+
+void add_run(std::vector<key_spec>& out) {
+  out.push_back(int_key("run.prefill_nodes", 2, "nodes", "Prefill nodes (P).",
+                        range::at_least(1)));
+  out.push_back(int_key("run.decode_nodes", 4, "nodes", "Decode nodes (D).",
+                        range::at_least(1)));
+  out.push_back(real_key("run.time_scale", 1.0, "",
+                         "Emulated time per real time (2: everything takes "
+                         "twice as long).",
+                         range::above(0)));
+  out.push_back(real_key("run.byte_scale", 1.0, "",
+                         "Bytes actually moved per emulated byte.",
+                         range::above(0)));
+}
+
+void add_caf(std::vector<key_spec>& out) {
+  out.push_back(choice_key("caf.scheduler_policy", "sharing",
+                           {"sharing", "stealing", "testing"},
+                           "CAF scheduler policy (sharing had the lowest "
+                           "remote latency here)."));
+  out.push_back(bool_key("caf.profiling", false,
+                         "CAF per-worker/per-actor CPU profiling."));
+  out.push_back(string_key("caf.profiling_file", "",
+                           "Where CAF writes the profile; empty: "
+                           "caf-profile.txt in the working directory."));
+}
+
+} // namespace dualpath::config::keys

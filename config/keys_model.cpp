@@ -1,0 +1,35 @@
+// [model]: the served model's shape. Defaults = ds-660b.
+#include "config/keys.hpp"
+
+namespace dualpath::config::keys {
+
+void add_model(std::vector<key_spec>& out) {
+  out.push_back(profile_key("model", "ds-660b"));
+  out.push_back(string_key("model.name", "DeepSeek-V3.2 660B",
+                           "Human-readable model name (reports only)."));
+  out.push_back(int_key("model.layers", 61, "layers",
+                        "Transformer layers; a Full Block holds one Layer "
+                        "Block per layer.",
+                        range::at_least(1)));
+  out.push_back(int_key("model.kv_bytes_per_token_layer", 656, "bytes",
+                        "KV-cache bytes of one token in one layer.",
+                        range::at_least(1)));
+  out.push_back(real_key("model.active_params", 37e9, "parameters",
+                         "Parameters active per token (compute model: "
+                         "2 FLOP per active parameter per token).",
+                         range::above(0)));
+  out.push_back(choice_key("model.attention", "mla", {"mla", "gqa"},
+                           "Attention kind: multi-head latent (mla) or "
+                           "grouped-query (gqa)."));
+  out.push_back(int_key("model.attn_heads", 128, "heads",
+                        "Query heads (attention FLOPs).", range::at_least(1)));
+  out.push_back(int_key("model.attn_qk_dim", 576, "",
+                        "Query/key dimension per head as computed (MLA: "
+                        "absorbed latent + rope dims).",
+                        range::at_least(1)));
+  out.push_back(int_key("model.attn_v_dim", 512, "",
+                        "Value dimension per head as computed.",
+                        range::at_least(1)));
+}
+
+} // namespace dualpath::config::keys

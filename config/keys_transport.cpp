@@ -1,0 +1,54 @@
+// [transport]: the bulk transport over the compute NIC.
+#include "config/keys.hpp"
+
+namespace dualpath::config::keys {
+
+void add_transport(std::vector<key_spec>& out) {
+  out.push_back(choice_key("transport.backend", "auto",
+                           {"auto", "verbs", "tcp", "local"},
+                           "Bulk transport backend; auto probes verbs and "
+                           "falls back to tcp (local: in-process only)."));
+  out.push_back(string_key("transport.secret", "",
+                           "Shared secret peers prove they hold; empty: "
+                           "generated per run."));
+  out.push_back(int_key("transport.weight_control", 99, "",
+                        "Weighted-round-robin weight of the control (model "
+                        "execution) traffic class.",
+                        range::between(1, 255)));
+  out.push_back(int_key("transport.weight_kv", 1, "",
+                        "Weighted-round-robin weight of the KV traffic "
+                        "class.",
+                        range::between(1, 255)));
+  out.push_back(int_key("transport.deadline_ms", 5000, "ms",
+                        "Deadline of one transfer batch.", range::at_least(1)));
+  out.push_back(int_key("transport.max_outstanding", 64, "work requests",
+                        "Outstanding work requests per queue pair or "
+                        "connection.",
+                        range::at_least(1)));
+  out.push_back(int_key("transport.slice_kib", 1024, "KiB",
+                        "Largest piece one transfer is cut into.",
+                        range::at_least(1)));
+  out.push_back(int_key("transport.max_frame_mib", 64, "MiB",
+                        "Largest frame the tcp backend accepts.",
+                        range::at_least(1)));
+  out.push_back(string_key("transport.verbs_device", "",
+                           "RDMA device name; empty: the first one."));
+  out.push_back(int_key("transport.verbs_port", 1, "", "RDMA device port.",
+                        range::between(1, 255)));
+  out.push_back(int_key("transport.verbs_gid_index", -1, "",
+                        "GID index (RoCE); -1: none (InfiniBand LID).",
+                        range::between(-1, 255)));
+  out.push_back(int_key("transport.verbs_sl_control", 0, "",
+                        "InfiniBand service level of control traffic (high "
+                        "priority lane).",
+                        range::between(0, 15)));
+  out.push_back(int_key("transport.verbs_sl_kv", 2, "",
+                        "InfiniBand service level of KV traffic (low "
+                        "priority lane).",
+                        range::between(0, 15)));
+  out.push_back(string_key("transport.tcp_listen", "127.0.0.1:0",
+                           "host:port the tcp backend listens on (port 0: "
+                           "any free port)."));
+}
+
+} // namespace dualpath::config::keys

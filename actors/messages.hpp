@@ -62,13 +62,16 @@ struct request_spec {
   uint32_t turn = 0;            ///< Turn index inside the trajectory.
   std::vector<uint32_t> tokens; ///< Prompt token ids.
   uint32_t gen_tokens = 0;      ///< Tokens to generate in decode.
-  int64_t arrival_ns = 0;       ///< When the request became ready.
+  /// The token ids the emulated model generates (gen_tokens of them, from
+  /// the trace), so the decode engine can persist their KV blocks.
+  std::vector<uint32_t> output_tokens;
+  int64_t arrival_ns = 0; ///< When the request became ready (emulated).
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   return f(caf::meta::type_name("request_spec"), x.id, x.agent, x.turn,
-           x.tokens, x.gen_tokens, x.arrival_ns);
+           x.tokens, x.gen_tokens, x.output_tokens, x.arrival_ns);
 }
 
 /// Which side reads a request's hit blocks from storage. A split plan reads
@@ -90,12 +93,14 @@ struct assignment {
   engine_id prefill;
   engine_id decode;
   read_plan plan;
+  caf::actor prefill_actor; ///< Handle of `prefill`.
+  caf::actor decode_actor;  ///< Handle of `decode`.
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, assignment& x) {
   return f(caf::meta::type_name("assignment"), x.request, x.prefill, x.decode,
-           x.plan);
+           x.plan, x.prefill_actor, x.decode_actor);
 }
 
 /// The reply to a group leader's fetch: zero or more assignments.

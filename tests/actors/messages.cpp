@@ -35,7 +35,7 @@ engine_id engine(uint32_t seed) {
 }
 
 request_spec request() {
-  return request_spec{9001, 9002, 9003, {9004, 9005}, 9006, 9007};
+  return request_spec{9001, 9002, 9003, {9004, 9005}, 9006, {9008}, 9007};
 }
 
 struct fixture {
@@ -74,11 +74,13 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
   check(region(10), {"\"node10\"", "11", "12", "13", "14", "15"});
   check(engine_role::decode, {"decode"});
   check(engine(20), {"\"eng20\"", "27"});
-  check(request(), {"9001", "9002", "9003", "9004", "9005", "9006", "9007"});
+  check(request(),
+        {"9001", "9002", "9003", "9004", "9005", "9006", "9007", "9008"});
   check(read_plan{31, 32}, {"31", "32"});
-  check(assignment{request(), engine(40), engine(50), read_plan{61, 62}},
-        {"9001", "\"eng40\"", "\"eng50\"", "61", "62"});
-  check(work_batch{{assignment{request(), engine(40), engine(50), {}}}},
+  check(
+      assignment{request(), engine(40), engine(50), read_plan{61, 62}, {}, {}},
+      {"9001", "\"eng40\"", "\"eng50\"", "61", "62"});
+  check(work_batch{{assignment{request(), engine(40), engine(50), {}, {}, {}}}},
         {"9001", "\"eng40\""});
   check(request_result{101, engine(1), engine(2), 103, 104, 105, 106, 107, 108,
                        109, 110, 111, 112, 113},

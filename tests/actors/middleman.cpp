@@ -60,12 +60,12 @@ struct fixture {
     Reply out{};
     bool ok = false;
     self->request(hdl, timeout, xs...)
-      .receive(
-        [&](Reply& x) {
-          out = std::move(x);
-          ok = true;
-        },
-        [&](caf::error& err) { FAIL(b.render(err)); });
+        .receive(
+            [&](Reply& x) {
+              out = std::move(x);
+              ok = true;
+            },
+            [&](caf::error& err) { FAIL(b.render(err)); });
     CHECK(ok);
     return out;
   }
@@ -80,20 +80,20 @@ remote_region region(const std::string& node) {
 TEST_CASE_FIXTURE(fixture, "scheduler interface over the middleman") {
   auto hdl = cross(a.spawn([]() -> scheduler_actor::behavior_type {
     return {
-      [](submit_atom, const request_spec& r) {
-        request_result res;
-        res.id = r.id;
-        res.blocks_verified = static_cast<uint32_t>(r.tokens.size());
-        return res;
-      },
-      [](fetch_atom, const group_report&) { return work_batch{}; },
-      [](report_atom, const group_report&) {},
-      [](enroll_atom, const engine_registration&) { return true; },
-      [](done_atom, const request_result&) {},
+        [](submit_atom, const request_spec& r) {
+          request_result res;
+          res.id = r.id;
+          res.blocks_verified = static_cast<uint32_t>(r.tokens.size());
+          return res;
+        },
+        [](fetch_atom, const group_report&) { return work_batch{}; },
+        [](report_atom, const group_report&) {},
+        [](enroll_atom, const engine_registration&) { return true; },
+        [](done_atom, const request_result&) {},
     };
   }));
-  auto res = ask<request_result>(hdl, submit_atom_v,
-                                 request_spec{42, 1, 2, {10, 11, 12}, 5, 0});
+  auto res = ask<request_result>(
+      hdl, submit_atom_v, request_spec{42, 1, 2, {10, 11, 12}, 5, {}, 0});
   CHECK_EQ(res.id, 42u);
   CHECK_EQ(res.blocks_verified, 3u);
   caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
@@ -102,13 +102,13 @@ TEST_CASE_FIXTURE(fixture, "scheduler interface over the middleman") {
 TEST_CASE_FIXTURE(fixture, "prefill engine interface over the middleman") {
   auto hdl = cross(a.spawn([]() -> prefill_engine_actor::behavior_type {
     return {
-      [](prefill_atom, const work_batch& w) {
-        return stream_report{w.items.size(), {}, 0};
-      },
-      [](status_atom) {
-        return engine_load{engine_id{"pe0", engine_role::prefill, 3}, 4, 5, 6,
-                           7, 8};
-      },
+        [](prefill_atom, const work_batch& w) {
+          return stream_report{w.items.size(), {}, 0};
+        },
+        [](status_atom) {
+          return engine_load{
+              engine_id{"pe0", engine_role::prefill, 3}, 4, 5, 6, 7, 8};
+        },
     };
   }));
   auto load = ask<engine_load>(hdl, status_atom_v);
@@ -122,12 +122,14 @@ TEST_CASE_FIXTURE(fixture, "prefill engine interface over the middleman") {
 TEST_CASE_FIXTURE(fixture, "decode engine interface over the middleman") {
   auto hdl = cross(a.spawn([]() -> decode_engine_actor::behavior_type {
     return {
-      [](admit_atom, const assignment& x) {
-        return decode_slot{x.request.id, region("de0")};
-      },
-      [](layer_atom, const layer_ready&) {},
-      [](load_atom, uint64_t id) { return read_completion{id, {}, {}}; },
-      [](status_atom) { return engine_load{}; },
+        [](admit_atom, const assignment& x) {
+          return decode_slot{x.request.id, region("de0")};
+        },
+        [](layer_atom, const layer_ready&) {},
+        [](load_atom, uint64_t id) {
+          return read_completion{id, {}, {}};
+        },
+        [](status_atom) { return engine_load{}; },
     };
   }));
   assignment x;
@@ -141,18 +143,17 @@ TEST_CASE_FIXTURE(fixture, "decode engine interface over the middleman") {
 TEST_CASE_FIXTURE(fixture, "storage reader interface over the middleman") {
   auto hdl = cross(a.spawn([]() -> storage_reader_actor::behavior_type {
     return {
-      [](read_atom, const read_request& r) {
-        read_completion c;
-        c.request_id = r.request_id;
-        for (size_t i = 0; i < r.blocks.size(); ++i)
-          c.leases.push_back(buffer_lease{i, r.blocks[i],
-                                          uint32_t(r.first_block + i),
-                                          region("snic0")});
-        return c;
-      },
-      [](release_atom, uint64_t) {},
-      [](persist_atom, const persist_request& p) { return p.hash; },
-      [](queue_atom) { return read_queue_status{}; },
+        [](read_atom, const read_request& r) {
+          read_completion c;
+          c.request_id = r.request_id;
+          for (size_t i = 0; i < r.blocks.size(); ++i)
+            c.leases.push_back(buffer_lease{
+                i, r.blocks[i], uint32_t(r.first_block + i), region("snic0")});
+          return c;
+        },
+        [](release_atom, uint64_t) {},
+        [](persist_atom, const persist_request& p) { return p.hash; },
+        [](queue_atom) { return read_queue_status{}; },
     };
   }));
   auto c = ask<read_completion>(hdl, read_atom_v,
@@ -167,13 +168,13 @@ TEST_CASE_FIXTURE(fixture, "storage reader interface over the middleman") {
 TEST_CASE_FIXTURE(fixture, "layer streamer interface over the middleman") {
   auto hdl = cross(a.spawn([]() -> layer_streamer_actor::behavior_type {
     return {
-      [](stream_atom, const stream_plan& p) {
-        stream_report r{p.batch_id, {}, 0};
-        for (uint32_t l = 0; l < p.layers; ++l)
-          r.layers.push_back(layer_timing{l, 1, 2, 3, 4, 5});
-        return r;
-      },
-      [](layer_atom, const layer_ready&) {},
+        [](stream_atom, const stream_plan& p) {
+          stream_report r{p.batch_id, {}, 0};
+          for (uint32_t l = 0; l < p.layers; ++l)
+            r.layers.push_back(layer_timing{l, 1, 2, 3, 4, 5});
+          return r;
+        },
+        [](layer_atom, const layer_ready&) {},
     };
   }));
   auto r = ask<stream_report>(hdl, stream_atom_v, stream_plan{5, 3, 2, {}});
@@ -185,19 +186,19 @@ TEST_CASE_FIXTURE(fixture, "layer streamer interface over the middleman") {
 TEST_CASE_FIXTURE(fixture, "bulk endpoint interface over the middleman") {
   auto hdl = cross(a.spawn([]() -> bulk_endpoint_actor::behavior_type {
     return {
-      [](connect_atom, const endpoint_info& peer) {
-        return endpoint_info{"a", "tcp", "127.0.0.1:1", peer.details};
-      },
-      [](describe_atom) {
-        return endpoint_info{"a", "tcp", "127.0.0.1:1", {}};
-      },
-      [](write_atom, const write_batch& w) {
-        return batch_completion{w.tag, 0, 0, ""};
-      },
+        [](connect_atom, const endpoint_info& peer) {
+          return endpoint_info{"a", "tcp", "127.0.0.1:1", peer.details};
+        },
+        [](describe_atom) {
+          return endpoint_info{"a", "tcp", "127.0.0.1:1", {}};
+        },
+        [](write_atom, const write_batch& w) {
+          return batch_completion{w.tag, 0, 0, ""};
+        },
     };
   }));
   auto info = ask<endpoint_info>(
-    hdl, connect_atom_v, endpoint_info{"b", "tcp", "127.0.0.1:2", {1, 2, 3}});
+      hdl, connect_atom_v, endpoint_info{"b", "tcp", "127.0.0.1:2", {1, 2, 3}});
   CHECK_EQ(info.node, "a");
   CHECK_EQ(info.details, std::vector<uint8_t>{1, 2, 3});
   caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
@@ -206,16 +207,17 @@ TEST_CASE_FIXTURE(fixture, "bulk endpoint interface over the middleman") {
 TEST_CASE_FIXTURE(fixture, "node supervisor interface carries actor handles") {
   auto hdl = cross(a.spawn([]() -> node_supervisor_actor::behavior_type {
     return {
-      [](join_atom, node_info& n) { return cluster_view{1, {std::move(n)}}; },
-      [](leave_atom, const std::string&) {},
-      [](view_atom) { return cluster_view{}; },
+        [](join_atom, node_info& n) {
+          return cluster_view{1, {std::move(n)}};
+        },
+        [](leave_atom, const std::string&) {},
+        [](view_atom) { return cluster_view{}; },
     };
   }));
   // A node of system b joins with the handle of one of its actors; the handle
   // travels to system a and back and still reaches the actor.
-  auto echo = b.spawn([]() -> caf::behavior {
-    return {[](int x) { return x + 1; }};
-  });
+  auto echo =
+      b.spawn([]() -> caf::behavior { return {[](int x) { return x + 1; }}; });
   node_info n;
   n.name = "de1";
   n.actor_names = {"echo"};
@@ -226,8 +228,8 @@ TEST_CASE_FIXTURE(fixture, "node supervisor interface carries actor handles") {
   REQUIRE_EQ(view.nodes[0].actors.size(), 1u);
   caf::scoped_actor self{b};
   self->request(view.nodes[0].actors[0], timeout, 41)
-    .receive([](int y) { CHECK_EQ(y, 42); },
-             [&](caf::error& err) { FAIL(b.render(err)); });
+      .receive([](int y) { CHECK_EQ(y, 42); },
+               [&](caf::error& err) { FAIL(b.render(err)); });
   caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }
@@ -237,8 +239,8 @@ TEST_CASE_FIXTURE(fixture, "observer interface over the middleman") {
   auto fut = seen->get_future();
   auto obs = a.spawn([seen]() -> observer_actor::behavior_type {
     return {
-      [seen](snapshot_atom, const state_snapshot& s) { seen->set_value(s); },
-      [](event_atom, const event_record&) {},
+        [seen](snapshot_atom, const state_snapshot& s) { seen->set_value(s); },
+        [](event_atom, const event_record&) {},
     };
   });
   auto hdl = cross(obs);

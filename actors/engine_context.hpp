@@ -1,0 +1,127 @@
+// What an engine actor is given when it is spawned: the emulated node it runs
+// on (links, storage reader, bulk transport, block store), its GPU, the model's
+// shape, the loading mode and the actors it talks to. The cluster builder
+// (actors/cluster.hpp) creates one node_resources per node and one
+// engine_config per engine; the same structures serve an embedded cluster
+// (`dualpath run`), separate processes (`dualpath node`) and simulated time.
+//
+// Ownership: node_resources is shared (shared_ptr) by the actors of a node and
+// outlives them; engine_config is copied into the engine.
+// Thread safety: node_resources' members are thread-safe objects (links,
+// bulk backend, block store) or actor handles.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+
+#include "actors/emulation.hpp"
+#include "actors/messages.hpp"
+#include "actors/observer_actor.hpp"
+#include "actors/storage_reader_actor.hpp"
+
+namespace dualpath::transport::bulk {
+class backend;
+} // namespace dualpath::transport::bulk
+
+namespace dualpath::transport::storage {
+class block_store;
+} // namespace dualpath::transport::storage
+
+namespace dualpath::gpu {
+class device;
+} // namespace dualpath::gpu
+
+namespace dualpath::actors {
+
+/// How KV is loaded (brief section 4's baselines). A mode is data flow: each
+/// engine keeps each path's logic in one place and branches on this once.
+enum class load_mode : uint8_t {
+  /// PE read path only, the whole prompt KV loaded before prefill, no
+  /// layerwise, round-robin placement.
+  basic = 0,
+  /// PE read path only, layerwise prefill.
+  layerwise = 1,
+  /// Both read paths, layerwise, the scheduler's policies.
+  dualpath = 2,
+  /// No storage reads and no transfers: KV assumed resident (zero I/O).
+  oracle = 3,
+};
+
+std::string to_string(load_mode x);
+
+/// Parses "basic", "layerwise", "dualpath" or "oracle".
+bool from_string(const std::string& str, load_mode& x);
+
+/// The model as the engines see it.
+struct model_shape {
+  uint32_t layers = 0;
+  uint32_t block_tokens = 64;
+  /// Nominal KV bytes per token per layer (timing uses these).
+  uint64_t nominal_bytes_per_token_layer = 0;
+  /// Real bytes per token per layer (= ceil(nominal / byte_scale)); the
+  /// block store and every real copy use these.
+  uint64_t real_bytes_per_token_layer = 0;
+  /// Compute model inputs (see gpu/compute_model.hpp).
+  double active_params = 0;
+  uint32_t attn_heads = 0;
+  uint32_t attn_qk_dim = 0;
+  uint32_t attn_v_dim = 0;
+};
+
+/// One emulated node.
+struct node_resources {
+  std::string name;
+  engine_role role = engine_role::prefill;
+  /// The node's storage NIC (also used by its storage reader).
+  link_ptr snic;
+  /// The node's DRAM (half duplex).
+  link_ptr dram;
+  /// One compute NIC per GPU, receive and transmit directions.
+  std::vector<link_ptr> cnic_rx;
+  std::vector<link_ptr> cnic_tx;
+  /// The node's bulk transport endpoint (local backend in an embedded
+  /// cluster). Regions of the node (reader buffer pool, decode buffers,
+  /// GPU memory) are registered with it once.
+  std::shared_ptr<transport::bulk::backend> bulk;
+  /// The node's storage reader (one per storage NIC; first one here).
+  storage_reader_actor reader;
+  /// The shared block store (all nodes see the same storage).
+  std::shared_ptr<transport::storage::block_store> store;
+};
+
+using node_ptr = std::shared_ptr<node_resources>;
+
+/// Everything one engine needs.
+struct engine_config {
+  engine_id id;
+  uint32_t group = 0;
+  load_mode mode = load_mode::dualpath;
+  /// Layers resident in GPU memory at once during layerwise prefill.
+  uint32_t layer_window = 2;
+  model_shape model;
+  emulated_time time;
+  uint32_t byte_scale = 1;
+  node_ptr node;
+  /// This engine's GPU (index `id.rank` of the node).
+  std::shared_ptr<gpu::device> device;
+  /// Peak dense FLOP/s times efficiency of one GPU.
+  double gpu_flops = 0;
+  /// HBM bytes (nominal) this engine may use for KV.
+  uint64_t hbm_bytes = 0;
+  /// DRAM buffer bytes (nominal) for decode buffers (decode engines).
+  uint64_t dram_buffer_bytes = 0;
+  /// Leader only: how often the group leader fetches work (ns).
+  int64_t fetch_period_ns = 10'000'000;
+  /// Members of this engine's group (filled for the leader, rank 0).
+  std::vector<caf::actor> group_members;
+  /// Where results and fetches go.
+  caf::actor scheduler;
+  /// Optional: receives snapshots and events.
+  observer_actor observer;
+};
+
+} // namespace dualpath::actors

@@ -1,0 +1,292 @@
+// The bulk transport interface: one-sided writes from registered local memory
+// into registered memory of a peer node, without passing the bytes through
+// CAF messages. Backends (one per file): local (peers in one process), tcp
+// (real sockets, framed writes read straight into the target region) and verbs
+// (rdma-core RC queue pairs); `make_backend` chooses one by configuration and
+// falls back when a device is absent. `fault_backend` decorates any backend.
+//
+// Ownership: a `local_registration` is move-only and owns the registration of
+// one memory region; its destructor deregisters (waiting until no incoming
+// write is still landing in the region). Its `describe()` is the copyable,
+// serialisable `remote_region` a peer writes to. The memory itself stays owned
+// by the caller and must outlive the registration. A registration used as the
+// source of a posted batch must outlive that batch's completion.
+//
+// Thread safety: every member function of `backend` may be called from any
+// thread concurrently. `post` never blocks on the network: it queues the batch
+// and returns; the completion arrives later, exactly once per batch, on a
+// backend thread (through a `completion_sink`). Completion sinks must be cheap
+// and must not call back into the backend's destructor.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "transport/errors.hpp"
+#include "transport/types.hpp"
+
+namespace dualpath::transport::bulk {
+
+using clock_type = std::chrono::steady_clock;
+
+/// Where the memory of a region lives.
+enum class memory_kind : uint8_t {
+  /// Ordinary (or pinned) host memory.
+  host = 0,
+  /// GPU memory, registered through a dmabuf file descriptor (verbs only).
+  device = 1,
+};
+
+std::string to_string(memory_kind x);
+
+/// What a backend can do; callers branch on this, never on the backend type.
+struct capabilities {
+  std::string name;           ///< "local", "tcp" or "verbs".
+  bool write = true;          ///< One-sided writes (always).
+  bool read = false;          ///< One-sided reads.
+  bool immediate = false;     ///< Immediate values signalled to the receiver.
+  bool device_memory = false; ///< memory_kind::device regions.
+  bool cross_process = false; ///< Peers may live in other processes.
+};
+
+class backend;
+
+/// Owns the registration of one local region (move-only, see file comment).
+class local_registration {
+public:
+  local_registration() = default;
+  local_registration(backend* owner, void* ptr, uint64_t len, memory_kind kind,
+                     remote_region desc)
+    : owner_(owner), ptr_(ptr), len_(len), kind_(kind), desc_(std::move(desc)) {
+    // nop
+  }
+  local_registration(local_registration&& other) noexcept;
+  local_registration& operator=(local_registration&& other) noexcept;
+  local_registration(const local_registration&) = delete;
+  local_registration& operator=(const local_registration&) = delete;
+  ~local_registration();
+
+  /// The copyable descriptor a peer writes to (the whole region).
+  const remote_region& describe() const {
+    return desc_;
+  }
+  uint32_t id() const {
+    return desc_.region_id;
+  }
+  void* data() const {
+    return ptr_;
+  }
+  uint64_t size() const {
+    return len_;
+  }
+  memory_kind kind() const {
+    return kind_;
+  }
+  explicit operator bool() const {
+    return owner_ != nullptr;
+  }
+
+  /// Backend-private handle (e.g. the verbs lkey); 0 where unused.
+  uint32_t lkey = 0;
+
+private:
+  void release();
+  backend* owner_ = nullptr;
+  void* ptr_ = nullptr;
+  uint64_t len_ = 0;
+  memory_kind kind_ = memory_kind::host;
+  remote_region desc_;
+};
+
+/// One write: `destination.length` bytes from `source` at `source_offset`.
+struct write_request {
+  const local_registration* source = nullptr;
+  uint64_t source_offset = 0;
+  remote_region destination;
+};
+
+/// A batch of writes to ONE peer node, completed together.
+struct batch {
+  std::vector<write_request> writes;
+  traffic_class tclass = traffic_class::kv;
+  /// Signalled to the receiver after the batch's last write lands.
+  std::optional<uint32_t> immediate;
+  uint64_t tag = 0;
+  /// Absolute deadline; every batch has one (`post_defaults` fills it).
+  clock_type::time_point deadline{};
+};
+
+/// The outcome of a batch: delivered exactly once. On failure every write of
+/// the batch counts as failed (bytes may have landed partially).
+struct completion {
+  uint64_t tag = 0;
+  uint64_t bytes = 0;      ///< Bytes acknowledged by the receiver.
+  uint32_t failed_ops = 0; ///< 0 on success, else the batch's write count.
+  caf::error error;        ///< Empty on success; a transport_errc otherwise.
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, completion& x) {
+  return f(caf::meta::type_name("bulk_completion"), x.tag, x.bytes,
+           x.failed_ops, x.error);
+}
+
+/// Receives completions (for actors: see actor_sink.hpp).
+using completion_sink = std::function<void(completion)>;
+
+/// A write carrying an immediate value landed (receiver side).
+struct incoming_immediate {
+  std::string from_node;
+  uint32_t region_id = 0;
+  uint32_t value = 0;
+};
+
+using immediate_handler = std::function<void(const incoming_immediate&)>;
+
+/// Monotonic counters; bad input is counted per kind.
+struct counters {
+  uint64_t batches_posted = 0;
+  uint64_t batches_completed = 0;
+  uint64_t batches_failed = 0;
+  uint64_t bytes_sent[traffic_class_count] = {0, 0};
+  uint64_t bytes_received = 0;
+  /// Bytes granted by the sender's arbiter while both classes had data
+  /// and could send (the weighted-round-robin share under contention).
+  uint64_t contended_bytes[traffic_class_count] = {0, 0};
+  uint64_t rejected_unknown_region = 0;
+  uint64_t rejected_wrong_key = 0;
+  uint64_t rejected_out_of_bounds = 0;
+  uint64_t rejected_bad_frame = 0;
+  uint64_t rejected_unauthenticated = 0;
+  uint64_t dropped_half_open = 0;
+  uint64_t deadline_exceeded = 0;
+  uint64_t peer_lost = 0;
+  uint64_t connections_accepted = 0;
+  uint64_t connects = 0;
+};
+
+/// The abstract bulk transport (see file comment).
+class backend {
+public:
+  virtual ~backend();
+
+  virtual capabilities caps() const = 0;
+
+  /// This node's name (the `node` of every descriptor it hands out).
+  virtual const std::string& node() const = 0;
+
+  /// Registers [ptr, ptr+len). `dmabuf_fd` is the GPU memory's dmabuf fd for
+  /// memory_kind::device (verbs only).
+  virtual caf::expected<local_registration>
+  register_region(void* ptr, uint64_t len, memory_kind kind = memory_kind::host,
+                  int dmabuf_fd = -1)
+    = 0;
+
+  /// Connection details this node gives to `peer` (tcp: "host:port"; verbs:
+  /// serialized queue-pair info of the queue pairs made for that peer).
+  virtual caf::expected<std::vector<uint8_t>> details_for(const std::string& peer)
+    = 0;
+
+  /// Learns how to reach `peer` from the details it gave us. Connections are
+  /// made lazily (tcp) or now (verbs).
+  virtual caf::error connect(const std::string& peer,
+                             const std::vector<uint8_t>& details)
+    = 0;
+
+  /// Queues `b` (all writes to one node); `sink` receives its completion.
+  virtual void post(batch b, completion_sink sink) = 0;
+
+  /// Called on a backend thread when a write with an immediate lands here.
+  virtual void on_immediate(immediate_handler f) = 0;
+
+  virtual counters stats() const = 0;
+
+  /// Drops every connection to `peer` (pending batches fail with peer_lost).
+  virtual void drop_peer(const std::string& peer) = 0;
+
+protected:
+  friend class local_registration;
+  /// Ends a registration; returns once no write still lands in it.
+  virtual void deregister(uint32_t region_id) = 0;
+
+  /// Helper for implementations: validates `b` (non-empty, one destination
+  /// node, sources set and in bounds, destination lengths equal to the
+  /// source ranges). Returns the first problem.
+  static caf::error validate(const batch& b);
+};
+
+/// Settings of every backend (`transport.*` config keys).
+struct options {
+  std::string backend = "auto"; ///< auto|verbs|tcp|local.
+  std::string node = "node";    ///< This node's name.
+  // tcp
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0; ///< 0 = pick a free port.
+  std::string secret;       ///< Shared secret for the HMAC handshake.
+  uint64_t max_frame_mib = 64;
+  uint64_t slice_kib = 1024;
+  uint32_t weight_control = 99;
+  uint32_t weight_kv = 1;
+  uint32_t max_pending_batches = 4096; ///< Per peer; more fail queue_full.
+  std::chrono::milliseconds default_deadline{10000};
+  std::chrono::milliseconds io_timeout{2000}; ///< Handshake/half-open bound.
+  // verbs
+  std::string verbs_device; ///< Empty = first device.
+  uint8_t verbs_port = 1;
+  int verbs_gid_index = 0;
+  uint8_t verbs_sl_control = 1;
+  uint8_t verbs_sl_kv = 0;
+  uint32_t verbs_max_outstanding = 256;
+};
+
+/// The in-process "network" of local backends (defined in local_backend.cpp);
+/// shared by every local backend of one process that should reach each other.
+class local_fabric;
+std::shared_ptr<local_fabric> make_local_fabric();
+
+caf::expected<std::unique_ptr<backend>>
+make_local_backend(const options& opts, std::shared_ptr<local_fabric> fabric);
+
+/// Starts the listener and I/O threads.
+caf::expected<std::unique_ptr<backend>> make_tcp_backend(const options& opts);
+
+/// Fails with transport_errc::no_device when no RDMA device (or not the named
+/// one) exists.
+caf::expected<std::unique_ptr<backend>> make_verbs_backend(const options& opts);
+
+/// Deterministic faults injected by `make_fault_backend`.
+struct fault_plan {
+  /// Posts after this many succeed fail with injected_fault (-1: never).
+  int64_t fail_after = -1;
+  /// Posts to this node fail with peer_lost (and drop the inner peer).
+  std::string drop_peer;
+  /// Extra delay before each completion is delivered.
+  std::chrono::milliseconds delay{0};
+  /// Flips the first byte of each write on the wire (source restored after).
+  bool corrupt_byte = false;
+};
+
+/// Wraps `inner`, injecting the faults of `plan` (thread-safe).
+std::unique_ptr<backend> make_fault_backend(std::unique_ptr<backend> inner,
+                                            fault_plan plan);
+
+/// Makes the backend `opts.backend` names; `auto` tries verbs, then tcp.
+/// `local` needs a fabric shared by the in-process peers. `chosen` (optional)
+/// receives the reason for the choice.
+caf::expected<std::unique_ptr<backend>>
+make_backend(const options& opts, std::shared_ptr<local_fabric> fabric = nullptr,
+             std::string* chosen = nullptr);
+
+/// Fills a zero deadline with now + opts.default_deadline.
+void post_defaults(batch& b, const options& opts);
+
+} // namespace dualpath::transport::bulk

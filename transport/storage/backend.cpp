@@ -1,0 +1,196 @@
+#include "transport/storage/backend.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "transport/storage/block_format.hpp"
+#include "transport/storage/io_uring_backend.hpp"
+#include "transport/storage/pread_backend.hpp"
+#include "transport/storage/syscall.hpp"
+
+namespace dualpath::transport::storage {
+
+storage_backend::~storage_backend() {
+  // nop
+}
+
+std::string to_string(io_mode x) {
+  switch (x) {
+    case io_mode::buffered:
+      return "buffered";
+    case io_mode::direct:
+      return "direct";
+  }
+  return "io_mode(" + std::to_string(static_cast<int>(x)) + ")";
+}
+
+std::string to_string(backend_kind x) {
+  switch (x) {
+    case backend_kind::automatic:
+      return "auto";
+    case backend_kind::io_uring:
+      return "io_uring";
+    case backend_kind::pread:
+      return "pread";
+  }
+  return "backend_kind(" + std::to_string(static_cast<int>(x)) + ")";
+}
+
+bool from_string(std::string_view str, backend_kind& x) {
+  for (auto k : {backend_kind::automatic, backend_kind::io_uring,
+                 backend_kind::pread})
+    if (str == to_string(k)) {
+      x = k;
+      return true;
+    }
+  return false;
+}
+
+caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
+  if (cfg.kind != backend_kind::pread) {
+    auto uring = io_uring_backend::make(cfg.queue_depth);
+    if (uring)
+      return backend_ptr{std::move(*uring)};
+    if (cfg.kind == backend_kind::io_uring)
+      return std::move(uring.error());
+    // auto: io_uring is unavailable (old kernel, seccomp, disabled by
+    // sysctl); the pread thread pool does the same job with threads.
+  }
+  return backend_ptr{pread_backend::make(cfg.queue_depth)};
+}
+
+// -- aligned_buffer -----------------------------------------------------------
+
+void aligned_buffer::deleter::operator()(std::byte* p) const {
+  std::free(p);
+}
+
+caf::expected<aligned_buffer> aligned_buffer::make(size_t len) {
+  aligned_buffer result;
+  auto n = align_up(len == 0 ? 1 : len, io_alignment);
+  void* p = nullptr;
+  if (auto rc = ::posix_memalign(&p, io_alignment, n); rc != 0)
+    return sys_error("posix_memalign", std::to_string(n), rc);
+  std::memset(p, 0, n);
+  result.ptr_.reset(static_cast<std::byte*>(p));
+  result.size_ = n;
+  return result;
+}
+
+// -- POSIX helpers -------------------------------------------------------------
+
+namespace {
+
+// Closes an fd on scope exit.
+struct fd_guard {
+  int fd = -1;
+  ~fd_guard() {
+    if (fd >= 0)
+      ::close(fd);
+  }
+};
+
+std::atomic<uint64_t> tmp_counter{0};
+
+std::string dir_of(const std::string& path) {
+  auto pos = path.rfind('/');
+  return pos == std::string::npos ? std::string{"."} : path.substr(0, pos);
+}
+
+} // namespace
+
+caf::error posix_write_atomic(const std::string& path, const std::byte* data,
+                              size_t len, durability sync) {
+  caf::error err;
+  // A name unique per process and call, so concurrent writers of the same
+  // block never share a temporary file.
+  auto tmp = path + ".tmp." + std::to_string(::getpid()) + "."
+             + std::to_string(tmp_counter++);
+  fd_guard fd{sys_call("open", tmp,
+                       ::open(tmp.c_str(),
+                              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644),
+                       err)};
+  if (err)
+    return err;
+  size_t done = 0;
+  while (done < len) {
+    auto n = sys_call("pwrite", tmp,
+                      ::pwrite(fd.fd, data + done, len - done,
+                               static_cast<off_t>(done)),
+                      err);
+    if (err) {
+      if (errno == EINTR) {
+        err = caf::error{};
+        continue;
+      }
+      ::unlink(tmp.c_str());
+      return err;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (sync == durability::fsync && sys_call("fsync", tmp, ::fsync(fd.fd), err)
+                                     < 0) {
+    ::unlink(tmp.c_str());
+    return err;
+  }
+  if (sys_call("rename", path, ::rename(tmp.c_str(), path.c_str()), err) < 0) {
+    ::unlink(tmp.c_str());
+    return err;
+  }
+  if (sync == durability::fsync) {
+    auto dir = dir_of(path);
+    fd_guard dfd{sys_call("open", dir,
+                          ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC),
+                          err)};
+    if (err)
+      return err;
+    if (sys_call("fsync", dir, ::fsync(dfd.fd), err) < 0)
+      return err;
+  }
+  return caf::none;
+}
+
+caf::expected<std::vector<std::string>> posix_list(const std::string& dir) {
+  std::unique_ptr<DIR, int (*)(DIR*)> d{::opendir(dir.c_str()), ::closedir};
+  if (!d) {
+    auto e = errno;
+    return caf::make_error(storage_errc::unreadable_directory,
+                           "opendir(" + dir + "): " + std::strerror(e));
+  }
+  std::vector<std::string> names;
+  errno = 0;
+  while (auto* ent = ::readdir(d.get())) {
+    std::string name = ent->d_name;
+    if (name != "." && name != "..")
+      names.push_back(std::move(name));
+  }
+  if (errno != 0) {
+    auto e = errno;
+    return caf::make_error(storage_errc::unreadable_directory,
+                           "readdir(" + dir + "): " + std::strerror(e));
+  }
+  return names;
+}
+
+caf::error posix_make_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) == 0 || errno == EEXIST)
+    return caf::none;
+  return sys_error("mkdir", dir, errno);
+}
+
+caf::expected<int> posix_open_read(const std::string& path, io_mode mode) {
+  caf::error err;
+  int flags = O_RDONLY | O_CLOEXEC | (mode == io_mode::direct ? O_DIRECT : 0);
+  auto fd = sys_call("open", path, ::open(path.c_str(), flags), err);
+  if (err)
+    return err;
+  return fd;
+}
+
+} // namespace dualpath::transport::storage

@@ -1,0 +1,178 @@
+#include "transport/storage/io_uring_backend.hpp"
+
+#include <cerrno>
+#include <deque>
+
+#include <liburing.h>
+#include <unistd.h>
+
+#include "transport/storage/syscall.hpp"
+
+namespace dualpath::transport::storage {
+
+caf::expected<std::unique_ptr<io_uring_backend>>
+io_uring_backend::make(uint32_t queue_depth) {
+  if (queue_depth == 0)
+    queue_depth = 1;
+  auto ring = std::make_unique<io_uring>();
+  caf::error err;
+  if (uring_call("io_uring_queue_init", std::to_string(queue_depth),
+                 ::io_uring_queue_init(queue_depth, ring.get(), 0), err)
+      < 0)
+    return caf::make_error(storage_errc::backend_unavailable,
+                           caf::to_string(err));
+  return std::unique_ptr<io_uring_backend>{
+    new io_uring_backend(std::move(ring), queue_depth)};
+}
+
+io_uring_backend::io_uring_backend(std::unique_ptr<io_uring> ring,
+                                   uint32_t depth)
+  : ring_(std::move(ring)), depth_(depth) {
+  // nop
+}
+
+io_uring_backend::~io_uring_backend() {
+  ::io_uring_queue_exit(ring_.get());
+}
+
+std::string io_uring_backend::name() const {
+  return "io_uring";
+}
+
+uint32_t io_uring_backend::queue_depth() const {
+  return depth_;
+}
+
+std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
+                                                io_mode mode) {
+  // Per-op progress: the fd, bytes done so far and the first error.
+  struct state {
+    int fd = -1;
+    size_t done = 0;
+    caf::error err;
+    bool finished = false;
+  };
+  std::vector<state> st(ops.size());
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto* ring = ring_.get();
+  size_t next = 0;     // next op to start
+  uint32_t inflight = 0;
+  std::deque<size_t> resubmit; // ops with a short buffered read to continue
+  auto finish = [&](size_t i) {
+    st[i].finished = true;
+    if (st[i].fd >= 0) {
+      ::close(st[i].fd);
+      st[i].fd = -1;
+    }
+  };
+  auto prep = [&](size_t i) {
+    auto* sqe = ::io_uring_get_sqe(ring);
+    auto& op = ops[i];
+    ::io_uring_prep_read(sqe, st[i].fd, op.buffer + st[i].done,
+                         static_cast<unsigned>(op.length - st[i].done),
+                         op.offset + st[i].done);
+    ::io_uring_sqe_set_data64(sqe, i);
+    ++inflight;
+  };
+  for (;;) {
+    // Fill the ring up to its depth: continuations first, then new ops.
+    uint32_t prepared = 0;
+    while (inflight < depth_ && !resubmit.empty()) {
+      prep(resubmit.front());
+      resubmit.pop_front();
+      ++prepared;
+    }
+    while (inflight < depth_ && next < ops.size()) {
+      auto i = next++;
+      auto fd = posix_open_read(ops[i].path, mode);
+      if (!fd) {
+        st[i].err = std::move(fd.error());
+        finish(i);
+        continue;
+      }
+      st[i].fd = *fd;
+      if (ops[i].length == 0) {
+        finish(i);
+        continue;
+      }
+      prep(i);
+      ++prepared;
+    }
+    if (inflight == 0)
+      break;
+    caf::error err;
+    if (prepared > 0) {
+      int rc;
+      do {
+        rc = ::io_uring_submit(ring);
+      } while (rc == -EINTR);
+      if (uring_call("io_uring_submit", "", rc, err) < 0) {
+        // The ring is unusable for these SQEs: fail everything unfinished.
+        for (size_t i = 0; i < ops.size(); ++i)
+          if (!st[i].finished) {
+            st[i].err = err;
+            finish(i);
+          }
+        break;
+      }
+    }
+    io_uring_cqe* cqe = nullptr;
+    int rc;
+    do {
+      rc = ::io_uring_wait_cqe(ring, &cqe);
+    } while (rc == -EINTR);
+    if (uring_call("io_uring_wait_cqe", "", rc, err) < 0) {
+      for (size_t i = 0; i < ops.size(); ++i)
+        if (!st[i].finished) {
+          st[i].err = err;
+          finish(i);
+        }
+      break;
+    }
+    auto i = static_cast<size_t>(::io_uring_cqe_get_data64(cqe));
+    auto res = cqe->res;
+    ::io_uring_cqe_seen(ring, cqe);
+    --inflight;
+    if (res == -EINTR || res == -EAGAIN) {
+      resubmit.push_back(i);
+    } else if (res < 0) {
+      uring_call("read", ops[i].path, res, st[i].err);
+      finish(i);
+    } else {
+      st[i].done += static_cast<size_t>(res);
+      // A short O_DIRECT read means end of file (continuing would be an
+      // unaligned read); a short buffered read may be a partial transfer, so
+      // it continues until a read returns 0.
+      if (res == 0 || st[i].done == ops[i].length || mode == io_mode::direct)
+        finish(i);
+      else
+        resubmit.push_back(i);
+    }
+  }
+  std::vector<read_result> results;
+  results.reserve(ops.size());
+  for (auto& s : st) {
+    if (s.err)
+      results.emplace_back(std::move(s.err));
+    else
+      results.emplace_back(s.done);
+  }
+  return results;
+}
+
+caf::error io_uring_backend::write_atomic(const std::string& path,
+                                          const std::byte* data, size_t len,
+                                          durability sync) {
+  return posix_write_atomic(path, data, len, sync);
+}
+
+caf::expected<std::vector<std::string>>
+io_uring_backend::list(const std::string& dir) {
+  return posix_list(dir);
+}
+
+caf::error io_uring_backend::make_dir(const std::string& dir) {
+  return posix_make_dir(dir);
+}
+
+} // namespace dualpath::transport::storage

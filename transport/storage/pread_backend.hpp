@@ -1,0 +1,50 @@
+// Storage backend on a thread pool doing blocking pread(2): the fallback when
+// io_uring cannot be set up. `queue_depth` worker threads give the same number
+// of reads in flight as an io_uring of that depth.
+//
+// Thread safety: all calls are thread-safe; concurrent read() calls share the
+// workers. Ownership: owns its threads (joined in the destructor).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "transport/storage/backend.hpp"
+
+namespace dualpath::transport::storage {
+
+class pread_backend final : public storage_backend {
+public:
+  static std::unique_ptr<pread_backend> make(uint32_t queue_depth);
+
+  ~pread_backend() override;
+
+  std::string name() const override;
+  uint32_t queue_depth() const override;
+  std::vector<read_result> read(const std::vector<read_op>& ops,
+                                io_mode mode) override;
+  caf::error write_atomic(const std::string& path, const std::byte* data,
+                          size_t len, durability sync) override;
+  caf::expected<std::vector<std::string>>
+  list(const std::string& dir) override;
+  caf::error make_dir(const std::string& dir) override;
+
+private:
+  explicit pread_backend(uint32_t depth);
+
+  void run_worker();
+
+  uint32_t depth_;
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::vector<std::thread> workers_; // last: joined before the queue dies
+};
+
+} // namespace dualpath::transport::storage

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "actors/type_ids.hpp"
+#include "gpu/errors.hpp"
 #include "transport/errors.hpp"
 #include "transport/type_ids.hpp"
 
@@ -38,6 +39,7 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_types<caf::id_block::dualpath_transport>();
   cfg.add_message_types<caf::id_block::dualpath_actors>();
   transport::add_error_category(cfg);
+  gpu::add_error_category(cfg);
 }
 
 std::vector<std::string> registered_type_names() {

@@ -1,0 +1,155 @@
+// The compute model: how long a GPU takes for one layer of a prefill batch and
+// for one decode step, from FLOP counts and HBM traffic. Engines do not compute
+// anything real; they wait for these times on the actor clock (delayed
+// messages), so the same engines run in real and in simulated time. Pure math
+// on plain parameter structs: thread-safe, no state, no dependency on config/.
+//
+// Prefill, per layer (tokens = new tokens of the batch):
+//   linear    = 2 * (active_params / layers) * tokens
+//   attention = 2 * heads * (qk_dim + v_dim) * pairs,
+//     pairs of one request (cached c, new n) = n * c + n * (n + 1) / 2
+//     (every new token attends to all cached tokens and, causally, to the new
+//     tokens up to and including itself; QK^T costs 2 * qk_dim and PV costs
+//     2 * v_dim FLOPs per head per pair)
+//   time      = (linear + attention) / (gpu_tflops * 1e12 * compute_efficiency)
+//
+// Decode step, per layer, for a batch of sequences each producing one token
+// with `context` tokens of KV already present:
+//   compute   = linear(tokens = batch) + attention(pairs = context + 1 each)
+//               at the compute rate above
+//   memory    = (active_params / layers * weight_bytes_per_param
+//                + sum(context + 1) * kv_bytes_per_token_layer)
+//               / (hbm_tbps * 1e12 * hbm_efficiency)
+//   time      = max(compute, memory)   (roofline: the step is bound by the
+//               slower of the two; they overlap on a GPU)
+//   TPOT      = layers * time + step_overhead
+//
+// Assumptions (deliberately simple, stated so results can be judged):
+// - "active params" counts the parameters one token uses (MoE: shared +
+//   routed experts actually selected), excluding embeddings' lookup cost; the
+//   linear FLOPs are spread evenly over the layers.
+// - Decode reads the active weights once per step for the whole batch. With
+//   MoE and large batches more experts are touched, so this is a lower bound
+//   on weight traffic.
+// - Attention uses the query heads and the per-head qk / v dims of the model
+//   (MLA: qk = nope + rope dims); KV bytes are the stored cache bytes.
+// - No kernel launch, communication (expert parallel all-to-all) or
+//   scheduling overheads beyond `step_overhead_s`.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dualpath::gpu {
+
+/// The shape of a model, as far as the compute model needs it.
+struct model_shape {
+  std::string name;
+  /// Transformer layers.
+  uint32_t layers = 0;
+  /// Parameters one token activates, in all layers together.
+  double active_params = 0;
+  /// Query heads of attention.
+  uint32_t attention_heads = 0;
+  /// Per-head dimension of queries and keys (MLA: nope + rope).
+  uint32_t qk_head_dim = 0;
+  /// Per-head dimension of values.
+  uint32_t v_head_dim = 0;
+  /// KV-cache bytes per token per layer (one Layer Block row).
+  uint64_t kv_bytes_per_token_layer = 0;
+  /// Bytes per weight as stored (FP8: 1, BF16: 2).
+  double weight_bytes_per_param = 1;
+};
+
+/// The rate of one GPU.
+struct gpu_rate {
+  std::string name;
+  /// Peak dense TFLOP/s of the precision the model computes in.
+  double tflops = 0;
+  /// Fraction of the peak that is achieved (0, 1].
+  double compute_efficiency = 1;
+  /// HBM bandwidth in TB/s (1e12 bytes/s).
+  double hbm_tbps = 0;
+  /// Fraction of the HBM bandwidth achieved (0, 1].
+  double hbm_efficiency = 1;
+  /// Fixed cost added to each decode step (launches, sampling), seconds.
+  double step_overhead_s = 0;
+};
+
+/// One request in a batch: `cached` tokens of KV present, `new_tokens` to
+/// compute (the paper's (cached, bsz) pair).
+struct sequence_shape {
+  uint64_t cached = 0;
+  uint64_t new_tokens = 0;
+};
+
+/// DeepSeek-V3.2 660B: 61 layers, 37e9 active params, MLA with 128 heads,
+/// qk 192 (128 nope + 64 rope), v 128, 656 B of FP8 KV per token per layer,
+/// FP8 weights.
+model_shape ds_660b();
+
+/// Qwen2.5-32B: 64 layers, dense 32.5e9 params, 40 query heads of 128 dims,
+/// GQA with 8 KV heads (256 KiB KV per token: 4 KiB per layer), BF16.
+model_shape qwen25_32b();
+
+/// H200: 989 dense BF16 TFLOP/s, 4.8 TB/s HBM3e.
+gpu_rate h200(double compute_efficiency = 1, double hbm_efficiency = 1);
+
+/// H100 SXM: 989 dense BF16 TFLOP/s, 3.35 TB/s HBM3.
+gpu_rate h100(double compute_efficiency = 1, double hbm_efficiency = 1);
+
+/// Empty when `m` is usable, else what is wrong.
+std::string validate(const model_shape& m);
+
+/// Empty when `g` is usable, else what is wrong.
+std::string validate(const gpu_rate& g);
+
+/// (query, key) pairs one layer's attention computes for `s`.
+double attention_pairs(const sequence_shape& s);
+
+/// Linear-layer FLOPs of one layer for `tokens` tokens.
+double linear_flops_per_layer(const model_shape& m, uint64_t tokens);
+
+/// Attention FLOPs of one layer for `pairs` (query, key) pairs.
+double attention_flops_for_pairs(const model_shape& m, double pairs);
+
+/// Attention FLOPs of one layer for a prefill batch.
+double attention_flops_per_layer(const model_shape& m,
+                                 const std::vector<sequence_shape>& batch);
+
+/// All FLOPs of one layer for a prefill batch.
+double prefill_flops_per_layer(const model_shape& m,
+                               const std::vector<sequence_shape>& batch);
+
+/// Seconds one layer of a prefill batch takes.
+double prefill_layer_seconds(const model_shape& m, const gpu_rate& g,
+                             const std::vector<sequence_shape>& batch);
+
+/// Seconds attention alone takes in one layer (the intra-engine scheduler
+/// balances this across data-parallel GPUs).
+double attention_layer_seconds(const model_shape& m, const gpu_rate& g,
+                               const std::vector<sequence_shape>& batch);
+
+/// The terms of one decode step.
+struct decode_step {
+  /// Compute-bound time of one layer, seconds.
+  double compute_s = 0;
+  /// Memory-bound time of one layer (weights + KV at HBM bandwidth), seconds.
+  double memory_s = 0;
+  /// max(compute_s, memory_s).
+  double layer_s = 0;
+  /// layers * layer_s + step overhead: the time per output token.
+  double tpot_s = 0;
+};
+
+/// One decode step for sequences whose present context lengths are
+/// `contexts` (one new token each).
+decode_step decode_step_time(const model_shape& m, const gpu_rate& g,
+                             const std::vector<uint64_t>& contexts);
+
+/// Seconds as the actor clock's duration (rounded to the nearest ns).
+std::chrono::nanoseconds to_duration(double seconds);
+
+} // namespace dualpath::gpu

@@ -1,0 +1,230 @@
+// The host backend of gpu::device: host memory standing in for HBM where no
+// GPU exists. Allocations are 256-byte aligned host memory counted against the
+// HBM budget (the budget is the point: engines see the same refusals as on a
+// GPU); pin() only records the range; each stream is a worker thread that runs
+// its copies (memcpy) and checksums in submission order, so copies complete
+// asynchronously and events complete when the worker reaches them, as on a
+// CUDA stream.
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+
+#include "gpu/checksum.hpp"
+#include "gpu/device.hpp"
+
+namespace dualpath::gpu {
+
+namespace {
+
+constexpr size_t host_alignment = 256; // cudaMalloc's guarantee
+
+/// One stream: a FIFO of tasks run by one worker thread.
+class host_stream {
+public:
+  host_stream() : worker_([this] { run(); }) {
+  }
+
+  ~host_stream() {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    worker_.join(); // run() drains the queue before it returns
+  }
+
+  void submit(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      tasks_.push_back(std::move(task));
+      ++pending_;
+    }
+    cv_.notify_all();
+  }
+
+  /// Blocks until every task submitted so far has run.
+  void drain() {
+    std::unique_lock<std::mutex> guard{mtx_};
+    idle_.wait(guard, [this] { return pending_ == 0; });
+  }
+
+private:
+  void run() {
+    std::unique_lock<std::mutex> guard{mtx_};
+    for (;;) {
+      cv_.wait(guard, [this] { return stopping_ || !tasks_.empty(); });
+      if (tasks_.empty())
+        return; // stopping and drained
+      auto task = std::move(tasks_.front());
+      tasks_.pop_front();
+      guard.unlock();
+      task();
+      guard.lock();
+      if (--pending_ == 0)
+        idle_.notify_all();
+    }
+  }
+
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::condition_variable idle_;
+  std::deque<std::function<void()>> tasks_;
+  size_t pending_ = 0;
+  bool stopping_ = false;
+  std::thread worker_; // last: starts after the members above exist
+};
+
+/// One event: complete when `done >= recorded`. Shared with the stream tasks
+/// that complete it, so destroying a pending event is safe.
+struct host_event_state {
+  std::mutex mtx;
+  std::condition_variable cv;
+  uint64_t recorded = 0;
+  uint64_t done = 0;
+};
+
+using host_event = std::shared_ptr<host_event_state>;
+
+class host_device final : public device {
+public:
+  explicit host_device(uint64_t budget) : device(budget) {
+    caps_.kind = backend_kind::host;
+    caps_.name = "host memory";
+    caps_.real_device = false;
+    caps_.host_addressable = true;
+    caps_.batched_copy = true;
+    caps_.device_checksum = false;
+    caps_.total_memory = budget;
+  }
+
+  const device_capabilities& capabilities() const override {
+    return caps_;
+  }
+
+protected:
+  caf::expected<std::byte*> do_allocate(size_t bytes) override {
+    const size_t rounded =
+        (bytes + host_alignment - 1) / host_alignment * host_alignment;
+    auto ptr = std::aligned_alloc(host_alignment, rounded);
+    if (ptr == nullptr)
+      return caf::make_error(gpu_errc::out_of_memory,
+                             "aligned_alloc of " + std::to_string(rounded)
+                                 + " B failed");
+    return static_cast<std::byte*>(ptr);
+  }
+
+  void do_free(std::byte* data, size_t) noexcept override {
+    std::free(data);
+  }
+
+  caf::error do_pin(std::byte*, size_t) override {
+    return caf::none; // host memory needs no registration here
+  }
+
+  void do_unpin(std::byte*) noexcept override {
+    // nothing registered
+  }
+
+  caf::expected<void*> do_make_stream() override {
+    return static_cast<void*>(new host_stream);
+  }
+
+  void do_destroy_stream(void* handle) noexcept override {
+    delete static_cast<host_stream*>(handle);
+  }
+
+  caf::expected<void*> do_make_event() override {
+    return static_cast<void*>(
+        new host_event(std::make_shared<host_event_state>()));
+  }
+
+  void do_destroy_event(void* handle) noexcept override {
+    delete static_cast<host_event*>(handle);
+  }
+
+  caf::error do_copy(direction, const std::vector<raw_chunk>& chunks,
+                     void* stream_handle, copy_method method) override {
+    auto& s = *static_cast<host_stream*>(stream_handle);
+    if (method == copy_method::batched) {
+      // One submission for the list, like one cudaMemcpyBatchAsync.
+      s.submit([chunks] {
+        for (const auto& c : chunks)
+          std::memcpy(c.dst, c.src, c.length);
+      });
+    } else {
+      for (const auto& c : chunks)
+        s.submit([c] { std::memcpy(c.dst, c.src, c.length); });
+    }
+    return caf::none;
+  }
+
+  caf::error do_record(void* event_handle, void* stream_handle) override {
+    auto state = *static_cast<host_event*>(event_handle);
+    uint64_t mark = 0;
+    {
+      std::lock_guard<std::mutex> guard{state->mtx};
+      mark = ++state->recorded;
+    }
+    static_cast<host_stream*>(stream_handle)->submit([state, mark] {
+      {
+        std::lock_guard<std::mutex> guard{state->mtx};
+        if (state->done < mark)
+          state->done = mark;
+      }
+      state->cv.notify_all();
+    });
+    return caf::none;
+  }
+
+  caf::expected<bool> do_query(void* event_handle) override {
+    auto& state = **static_cast<host_event*>(event_handle);
+    std::lock_guard<std::mutex> guard{state.mtx};
+    return state.done >= state.recorded;
+  }
+
+  caf::error do_synchronize_event(void* event_handle) override {
+    auto& state = **static_cast<host_event*>(event_handle);
+    std::unique_lock<std::mutex> guard{state.mtx};
+    const auto target = state.recorded;
+    state.cv.wait(guard, [&] { return state.done >= target; });
+    return caf::none;
+  }
+
+  caf::error do_synchronize_stream(void* stream_handle) override {
+    static_cast<host_stream*>(stream_handle)->drain();
+    return caf::none;
+  }
+
+  caf::expected<uint64_t> do_checksum(const std::byte* data, size_t length,
+                                      void* stream_handle) override {
+    // In stream order, after the copies submitted before.
+    std::promise<uint64_t> result;
+    auto future = result.get_future();
+    static_cast<host_stream*>(stream_handle)->submit([&result, data, length] {
+      result.set_value(block_checksum(data, length));
+    });
+    return future.get();
+  }
+
+private:
+  device_capabilities caps_;
+};
+
+} // namespace
+
+caf::expected<std::shared_ptr<device>>
+make_host_device(const device_options& opts) {
+  if (opts.hbm_budget == 0)
+    return caf::make_error(gpu_errc::invalid_argument,
+                           "host backend needs a non-zero HBM budget");
+  return std::shared_ptr<device>{
+      std::make_shared<host_device>(opts.hbm_budget)};
+}
+
+} // namespace dualpath::gpu

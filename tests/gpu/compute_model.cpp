@@ -1,0 +1,115 @@
+// ctest-label: engines
+// The FLOP compute model against numbers worked out by hand.
+#include <doctest/doctest.h>
+
+#include "gpu/compute_model.hpp"
+
+using namespace dualpath::gpu;
+
+TEST_CASE("compute model: ds-660b prefill of 429 new tokens over 32k cached") {
+  // By hand, per layer (61 layers, 37e9 active params, MLA 128 heads,
+  // qk 192, v 128):
+  //   linear    = 2 * (37e9 / 61) * 429
+  //             = 2 * 606,557,377.05 * 429        = 520,426,229,508.2 FLOPs
+  //   pairs     = 429 * 32,768 + 429 * 430 / 2
+  //             = 14,057,472 + 92,235             = 14,149,707
+  //   attention = 2 * 128 * (192 + 128) * pairs
+  //             = 81,920 * 14,149,707             = 1,159,143,997,440 FLOPs
+  //   total     = 1,679,570,226,948.2 FLOPs
+  // At an H200's 989 TFLOP/s with 50% efficiency (494.5e12 FLOP/s):
+  //   layer     = 1,679,570,226,948.2 / 494.5e12  = 3.39650 ms
+  //   61 layers = 207.187 ms
+  const auto m = ds_660b();
+  const auto g = h200(0.5);
+  REQUIRE(validate(m).empty());
+  REQUIRE(validate(g).empty());
+  const std::vector<sequence_shape> batch{{32768, 429}};
+  CHECK_EQ(attention_pairs(batch[0]), doctest::Approx(14149707.0));
+  CHECK_EQ(linear_flops_per_layer(m, 429),
+           doctest::Approx(520426229508.2).epsilon(1e-12));
+  CHECK_EQ(attention_flops_per_layer(m, batch),
+           doctest::Approx(1159143997440.0).epsilon(1e-12));
+  CHECK_EQ(prefill_flops_per_layer(m, batch),
+           doctest::Approx(1679570226948.2).epsilon(1e-12));
+  CHECK_EQ(prefill_layer_seconds(m, g, batch),
+           doctest::Approx(3.39650e-3).epsilon(1e-5));
+  CHECK_EQ(m.layers * prefill_layer_seconds(m, g, batch),
+           doctest::Approx(0.207187).epsilon(1e-5));
+  CHECK_EQ(to_duration(prefill_layer_seconds(m, g, batch)).count(), 3396502);
+}
+
+TEST_CASE("compute model: a batch adds up its requests; causality counts") {
+  const auto m = ds_660b();
+  const auto g = h200();
+  // Attention of a batch is the sum of its requests' attention; linear work
+  // only depends on the total number of new tokens.
+  std::vector<sequence_shape> a{{1000, 100}};
+  std::vector<sequence_shape> b{{0, 50}};
+  std::vector<sequence_shape> ab{{1000, 100}, {0, 50}};
+  CHECK_EQ(attention_flops_per_layer(m, ab),
+           doctest::Approx(attention_flops_per_layer(m, a)
+                           + attention_flops_per_layer(m, b)));
+  CHECK_EQ(prefill_flops_per_layer(m, ab),
+           doctest::Approx(linear_flops_per_layer(m, 150)
+                           + attention_flops_per_layer(m, ab)));
+  // No cache: n(n+1)/2 pairs (causal), not n^2.
+  CHECK_EQ(attention_pairs({0, 4}), 10.0);
+  // One new token over c cached attends to c + 1 keys.
+  CHECK_EQ(attention_pairs({99, 1}), 100.0);
+  // More cached tokens cost more attention, never less.
+  CHECK(attention_layer_seconds(m, g, {{64000, 429}})
+        > attention_layer_seconds(m, g, {{16000, 429}}));
+  CHECK_EQ(prefill_layer_seconds(m, g, {}), 0.0);
+}
+
+TEST_CASE("compute model: decode TPOT of ds-660b, 32 sequences at 32k") {
+  // By hand, per layer, batch 32, each with 32,768 tokens present:
+  //   linear  = 2 * 606,557,377.05 * 32            = 38,819,672,131.1 FLOPs
+  //   pairs   = 32 * 32,769                        = 1,048,608
+  //   attn    = 81,920 * 1,048,608                 = 85,901,967,360 FLOPs
+  //   compute = 124,721,639,491.1 / 989e12         = 126.109 us
+  //   bytes   = 606,557,377.05 (FP8 weights) + 1,048,608 * 656
+  //           = 606,557,377.05 + 687,886,848       = 1,294,444,225.05 B
+  //   memory  = bytes / 4.8e12                     = 269.676 us  (bound)
+  //   TPOT    = 61 * 269.676 us                    = 16.4502 ms
+  // On an H100 (3.35 TB/s): 61 * bytes / 3.35e12   = 23.5705 ms.
+  const auto m = ds_660b();
+  const std::vector<uint64_t> contexts(32, 32768);
+  auto step = decode_step_time(m, h200(), contexts);
+  CHECK_EQ(step.compute_s, doctest::Approx(126.109e-6).epsilon(1e-5));
+  CHECK_EQ(step.memory_s, doctest::Approx(269.676e-6).epsilon(1e-5));
+  CHECK_EQ(step.layer_s, step.memory_s);
+  CHECK_EQ(step.tpot_s, doctest::Approx(16.4502e-3).epsilon(1e-5));
+  auto slower = decode_step_time(m, h100(), contexts);
+  CHECK_EQ(slower.tpot_s, doctest::Approx(23.5705e-3).epsilon(1e-5));
+  // Overhead is added once per step; an empty batch costs nothing.
+  auto g = h200();
+  g.step_overhead_s = 1e-3;
+  CHECK_EQ(decode_step_time(m, g, contexts).tpot_s,
+           doctest::Approx(17.4502e-3).epsilon(1e-5));
+  CHECK_EQ(decode_step_time(m, g, {}).tpot_s, 0.0);
+}
+
+TEST_CASE("compute model: the roofline switches to compute for big batches") {
+  // Short contexts and a huge batch: linear FLOPs dominate the step.
+  const auto m = ds_660b();
+  const std::vector<uint64_t> contexts(4096, 16);
+  auto step = decode_step_time(m, h200(0.5), contexts);
+  CHECK(step.compute_s > step.memory_s);
+  CHECK_EQ(step.layer_s, step.compute_s);
+}
+
+TEST_CASE("compute model: presets and validation") {
+  auto q = qwen25_32b();
+  CHECK(validate(q).empty());
+  CHECK_EQ(q.kv_bytes_per_token_layer * q.layers, 256u * 1024u); // 256 KiB
+  CHECK_EQ(ds_660b().kv_bytes_per_token_layer * 61, 40016u);     // ~40 KB
+  auto bad = ds_660b();
+  bad.layers = 0;
+  CHECK_FALSE(validate(bad).empty());
+  auto slow = h100();
+  slow.compute_efficiency = 1.5;
+  CHECK_FALSE(validate(slow).empty());
+  slow.compute_efficiency = 0.4;
+  CHECK(validate(slow).empty());
+}

@@ -1,0 +1,266 @@
+#include "actors/scheduler.hpp"
+
+#include <map>
+#include <unordered_map>
+
+#include <caf/all.hpp>
+
+#include "actors/prefill_engine_actor.hpp"
+#include "transport/storage/block_store.hpp"
+
+namespace dualpath::actors {
+
+namespace {
+
+// A request between submit and done.
+struct tracked_request {
+  request_spec spec;
+  scheduler::request_info info;
+  caf::typed_response_promise<request_result> promise;
+  bool assigned = false; // has a prefill engine and a read plan
+  scheduler::fetch_decision decision;
+  bool dispatched = false; // sent to its prefill engine
+};
+
+struct scheduler_state {
+  static inline const char* name = "dualpath.scheduler";
+
+  scheduler_config cfg;
+  scheduler::cluster_state st;
+  std::unique_ptr<scheduler::placement_policy> policy;
+  std::deque<scheduler::request_info> waiting;
+  std::unordered_map<uint64_t, tracked_request> requests;
+  // Engine identities -> dense indices and handles.
+  std::map<std::tuple<std::string, uint32_t>, uint32_t> pe_index;
+  std::map<std::tuple<std::string, uint32_t>, uint32_t> de_index;
+  std::vector<caf::actor> pe_actor;
+  std::vector<caf::actor> de_actor;
+  // Prefill engines of each prefill group (candidates of that group's fetch).
+  std::vector<std::vector<uint32_t>> pe_groups;
+  scheduler_counters counters;
+};
+
+using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
+
+std::tuple<std::string, uint32_t> key_of(const engine_id& id) {
+  return {id.node, id.rank};
+}
+
+// Turns a request whose PE and DE are both known into an assignment.
+assignment make_assignment(scheduler_state& s, tracked_request& t,
+                           uint32_t decode_index) {
+  assignment a;
+  a.request = t.spec;
+  a.prefill = s.cfg.prefill[t.decision.prefill].id;
+  a.decode = s.cfg.decode[decode_index].id;
+  a.plan.hit_blocks = t.decision.reads.hit_blocks;
+  a.plan.pe_side_blocks = t.decision.reads.pe_side_blocks;
+  a.prefill_actor = s.pe_actor[t.decision.prefill];
+  a.decode_actor = s.de_actor[decode_index];
+  return a;
+}
+
+void emit_event(self_ptr self, const std::string& kind, uint64_t id,
+                const std::string& detail) {
+  if (!self->state.cfg.observer)
+    return;
+  event_record ev;
+  ev.source = "scheduler";
+  ev.kind = kind;
+  ev.request_id = id;
+  ev.at_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 self->clock().now().time_since_epoch())
+                 .count();
+  ev.detail = detail;
+  self->send(self->state.cfg.observer, event_atom_v, std::move(ev));
+}
+
+// Records the decisions of one policy call. Assignments of `for_group` (the
+// fetching prefill group) are returned; the others are pushed to their
+// prefill engines at once.
+work_batch apply(self_ptr self, const scheduler::fetch_result& res,
+                 int64_t for_group) {
+  auto& s = self->state;
+  for (auto& d : res.assigned) {
+    auto i = s.requests.find(d.request.id);
+    if (i == s.requests.end())
+      continue;
+    i->second.assigned = true;
+    i->second.decision = d;
+    ++s.counters.assigned;
+  }
+  work_batch reply;
+  std::map<uint32_t, work_batch> pushes;
+  for (auto& p : res.placed) {
+    auto i = s.requests.find(p.request_id);
+    if (i == s.requests.end() || !i->second.assigned || i->second.dispatched)
+      continue;
+    auto& t = i->second;
+    t.dispatched = true;
+    ++s.counters.placed;
+    auto a = make_assignment(s, t, p.decode);
+    auto pe = t.decision.prefill;
+    if (static_cast<int64_t>(s.cfg.prefill[pe].group) == for_group)
+      reply.items.push_back(std::move(a));
+    else
+      pushes[pe].items.push_back(std::move(a));
+  }
+  for (auto& [pe, batch] : pushes) {
+    if (s.pe_actor[pe])
+      // The engine replies to its own dispatcher; nothing comes back here.
+      caf::anon_send(caf::actor_cast<prefill_engine_actor>(s.pe_actor[pe]),
+                     prefill_atom_v, std::move(batch));
+  }
+  return reply;
+}
+
+} // namespace
+
+caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
+                                               scheduler_config cfg) {
+  std::vector<scheduler::engine_state> pe;
+  std::vector<scheduler::engine_state> de;
+  for (uint32_t i = 0; i < cfg.prefill.size(); ++i) {
+    scheduler::engine_state e;
+    e.id = i;
+    e.group = cfg.prefill[i].group;
+    e.node = cfg.prefill[i].node;
+    pe.push_back(e);
+  }
+  for (uint32_t i = 0; i < cfg.decode.size(); ++i) {
+    scheduler::engine_state e;
+    e.id = i;
+    e.group = cfg.decode[i].group;
+    e.node = cfg.decode[i].node;
+    de.push_back(e);
+  }
+  if (pe.empty() || de.empty())
+    return caf::make_error(caf::sec::invalid_argument,
+                           "scheduler needs at least one prefill and one "
+                           "decode engine");
+  std::string why;
+  auto st = scheduler::cluster_state::make(std::move(pe), std::move(de),
+                                           cfg.nodes, why);
+  if (!why.empty())
+    return caf::make_error(caf::sec::invalid_argument,
+                           "scheduler cluster description: " + why);
+  auto hdl = sys.spawn([cfg = std::move(cfg),
+                        st = std::move(st)](self_ptr self) mutable
+                       -> scheduler_actor::behavior_type {
+    auto& s = self->state;
+    s.cfg = std::move(cfg);
+    s.st = std::move(st);
+    s.policy = scheduler::make_policy(s.cfg.policy);
+    s.pe_actor.resize(s.cfg.prefill.size());
+    s.de_actor.resize(s.cfg.decode.size());
+    for (uint32_t i = 0; i < s.cfg.prefill.size(); ++i) {
+      s.pe_index[key_of(s.cfg.prefill[i].id)] = i;
+      auto g = s.cfg.prefill[i].group;
+      if (s.pe_groups.size() <= g)
+        s.pe_groups.resize(g + 1);
+      s.pe_groups[g].push_back(i);
+    }
+    for (uint32_t i = 0; i < s.cfg.decode.size(); ++i)
+      s.de_index[key_of(s.cfg.decode[i].id)] = i;
+    self->set_down_handler([self](const caf::down_msg& dm) {
+      // An engine died: forget its handle. Re-queueing its requests is the
+      // node-loss handling of the distribution layer.
+      auto& s = self->state;
+      for (auto& h : s.pe_actor)
+        if (h && h.address() == dm.source)
+          h = nullptr;
+      for (auto& h : s.de_actor)
+        if (h && h.address() == dm.source)
+          h = nullptr;
+      emit_event(self, "engine_down", 0, to_string(dm.reason));
+    });
+    return {
+        [self](submit_atom, request_spec& spec) -> caf::result<request_result> {
+          auto& s = self->state;
+          if (s.requests.count(spec.id) != 0)
+            return caf::make_error(caf::sec::invalid_argument,
+                                   "duplicate request id "
+                                       + std::to_string(spec.id));
+          scheduler::request_info info;
+          info.id = spec.id;
+          info.prompt_tokens = static_cast<uint32_t>(spec.tokens.size());
+          info.gen_tokens = spec.gen_tokens;
+          info.kv_bytes_per_token =
+              static_cast<uint32_t>(s.cfg.kv_bytes_per_token);
+          if (s.cfg.store) {
+            auto hit = s.cfg.store->lookup(spec.tokens);
+            info.hit_blocks = static_cast<uint32_t>(hit.blocks.size());
+            info.hit_tokens = static_cast<uint32_t>(hit.hit_tokens);
+          }
+          auto promise = self->make_response_promise<request_result>();
+          tracked_request t;
+          t.spec = std::move(spec);
+          t.info = info;
+          t.promise = promise;
+          s.requests.emplace(info.id, std::move(t));
+          s.waiting.push_back(info);
+          ++s.counters.submitted;
+          return promise;
+        },
+        [self](fetch_atom, const group_report& rep) -> work_batch {
+          auto& s = self->state;
+          ++s.counters.fetches;
+          for (auto& e : rep.engines) {
+            auto i = s.pe_index.find(key_of(e.engine));
+            if (i != s.pe_index.end())
+              s.st.update_prefill(i->second, e.seq, e.tok, e.read_q_tokens);
+          }
+          if (rep.group >= s.pe_groups.size() || s.waiting.empty()) {
+            ++s.counters.empty_fetches;
+            return {};
+          }
+          auto res = s.policy->fetch(s.st, s.waiting, s.pe_groups[rep.group]);
+          auto batch = apply(self, res, rep.group);
+          if (batch.items.empty())
+            ++s.counters.empty_fetches;
+          return batch;
+        },
+        [self](report_atom, const group_report& rep) {
+          auto& s = self->state;
+          for (auto& e : rep.engines) {
+            auto i = s.de_index.find(key_of(e.engine));
+            if (i != s.de_index.end())
+              s.st.update_decode(i->second, e.seq, e.tok, e.read_q_tokens,
+                                 e.free_hbm_bytes);
+          }
+          if (rep.group < s.st.decode_groups.size()) {
+            scheduler::fetch_result res;
+            res.placed = s.policy->place(s.st, rep.group);
+            apply(self, res, -1);
+          }
+        },
+        [self](enroll_atom, const engine_registration& reg) -> bool {
+          auto& s = self->state;
+          auto& index =
+              reg.engine.role == engine_role::prefill ? s.pe_index : s.de_index;
+          auto& actors =
+              reg.engine.role == engine_role::prefill ? s.pe_actor : s.de_actor;
+          auto i = index.find(key_of(reg.engine));
+          if (i == index.end() || !reg.handle)
+            return false;
+          actors[i->second] = reg.handle;
+          self->monitor(reg.handle);
+          return true;
+        },
+        [self](done_atom, request_result& res) {
+          auto& s = self->state;
+          auto i = s.requests.find(res.id);
+          if (i == s.requests.end()) {
+            emit_event(self, "unknown_done", res.id, "");
+            return;
+          }
+          ++s.counters.completed;
+          i->second.promise.deliver(std::move(res));
+          s.requests.erase(i);
+        },
+    };
+  });
+  return hdl;
+}
+
+} // namespace dualpath::actors

@@ -1,0 +1,145 @@
+// ctest-label: transport
+// The local (in-process) backend: byte-exact bounded copies with the same
+// completion semantics and typed rejections as the network backends; and the
+// backend factory's choice and fallback.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <future>
+#include <numeric>
+
+#include "transport/bulk/backend.hpp"
+
+using namespace dualpath::transport;
+using namespace dualpath::transport::bulk;
+using namespace std::chrono_literals;
+
+namespace {
+
+options named(const std::string& node) {
+  options o;
+  o.backend = "local";
+  o.node = node;
+  return o;
+}
+
+completion run(backend& b, batch x) {
+  std::promise<completion> p;
+  auto f = p.get_future();
+  b.post(std::move(x), [&](completion c) { p.set_value(std::move(c)); });
+  REQUIRE(f.wait_for(5s) == std::future_status::ready);
+  return f.get();
+}
+
+transport_errc code_of(const caf::error& e) {
+  return static_cast<transport_errc>(e.code());
+}
+
+} // namespace
+
+TEST_CASE("local writes land byte-exact and nothing outside the view") {
+  auto fabric = make_local_fabric();
+  auto a = make_local_backend(named("a"), fabric);
+  auto b = make_local_backend(named("b"), fabric);
+  REQUIRE(a);
+  REQUIRE(b);
+  std::vector<uint8_t> src(1 << 20), dst(1 << 20, 0);
+  std::iota(src.begin(), src.end(), uint8_t{1});
+  auto rs = (*a)->register_region(src.data(), src.size());
+  auto rd = (*b)->register_region(dst.data(), dst.size());
+  REQUIRE(rs);
+  REQUIRE(rd);
+  std::promise<incoming_immediate> imm;
+  (*b)->on_immediate([&](const incoming_immediate& x) { imm.set_value(x); });
+  batch x;
+  x.tag = 9;
+  x.immediate = 77;
+  x.writes.push_back({&*rs, 10, *rd->describe().subrange(1000, 5000)});
+  x.writes.push_back({&*rs, 0, *rd->describe().subrange(200000, 3)});
+  auto c = run(**a, std::move(x));
+  CHECK(!c.error);
+  CHECK(c.tag == 9);
+  CHECK(c.bytes == 5003);
+  CHECK(std::memcmp(dst.data() + 1000, src.data() + 10, 5000) == 0);
+  CHECK(std::memcmp(dst.data() + 200000, src.data(), 3) == 0);
+  CHECK(dst[999] == 0);
+  CHECK(dst[6000] == 0);
+  CHECK(dst[200003] == 0);
+  CHECK(std::count(dst.begin(), dst.end(), 0) >= dst.size() - 5003 - 20);
+  auto f = imm.get_future();
+  REQUIRE(f.wait_for(1s) == std::future_status::ready);
+  CHECK(f.get().value == 77);
+}
+
+TEST_CASE("local rejects bad destinations with typed errors") {
+  auto fabric = make_local_fabric();
+  auto a = std::move(*make_local_backend(named("a"), fabric));
+  auto b = std::move(*make_local_backend(named("b"), fabric));
+  std::vector<uint8_t> src(4096, 1), dst(4096, 0);
+  auto rs = a->register_region(src.data(), src.size());
+  auto rd = b->register_region(dst.data(), dst.size());
+  auto good = rd->describe();
+  auto expect = [&](remote_region r, transport_errc code) {
+    batch x;
+    x.writes.push_back({&*rs, 0, r});
+    auto c = run(*a, std::move(x));
+    CHECK(code_of(c.error) == code);
+    CHECK(c.failed_ops == 1);
+  };
+  auto r = good;
+  r.region_id += 7;
+  r.length = 16;
+  expect(r, transport_errc::unknown_region);
+  r = good;
+  r.key ^= 2;
+  r.length = 16;
+  expect(r, transport_errc::wrong_key);
+  r = good;
+  r.offset = 4000;
+  r.length = 200;
+  expect(r, transport_errc::out_of_bounds);
+  r = good;
+  r.node = "nobody";
+  r.length = 16;
+  expect(r, transport_errc::peer_lost);
+  CHECK(std::all_of(dst.begin(), dst.end(), [](uint8_t v) { return v == 0; }));
+  CHECK(!good.subrange(4000, 200));
+  CHECK(!good.subrange(~uint64_t{0}, 2));
+}
+
+TEST_CASE("local batches past their deadline fail") {
+  auto fabric = make_local_fabric();
+  auto a = std::move(*make_local_backend(named("a"), fabric));
+  std::vector<uint8_t> buf(64);
+  auto r = a->register_region(buf.data(), buf.size());
+  batch x;
+  x.deadline = clock_type::now() - 1ms;
+  x.writes.push_back({&*r, 0, *r->describe().subrange(0, 8)});
+  CHECK(code_of(run(*a, std::move(x)).error)
+        == transport_errc::deadline_exceeded);
+  CHECK(a->stats().deadline_exceeded == 1);
+}
+
+TEST_CASE("the factory picks by name and falls back from verbs to tcp") {
+  options o;
+  o.secret = "x";
+  std::string why;
+  o.backend = "auto";
+  auto b = make_backend(o, nullptr, &why);
+  REQUIRE(b);
+  // No RDMA device on the build machines: auto must fall back to tcp (with a
+  // device it picks verbs).
+  CHECK(((*b)->caps().name == "tcp" || (*b)->caps().name == "verbs"));
+  CHECK(why.find((*b)->caps().name) == 0);
+  o.backend = "local";
+  auto l = make_backend(o, nullptr, &why);
+  REQUIRE(l);
+  CHECK((*l)->caps().name == "local");
+  o.backend = "carrier-pigeon";
+  CHECK(!make_backend(o));
+  o.backend = "tcp";
+  o.secret.clear();
+  auto t = make_backend(o);
+  REQUIRE(!t);
+  CHECK(code_of(t.error()) == transport_errc::unauthenticated);
+}

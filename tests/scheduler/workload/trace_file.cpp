@@ -20,25 +20,31 @@ caf::expected<trace> parse(const std::string& text, uint64_t max_len = 0) {
   return parse_trace(in, max_len, "t.jsonl");
 }
 
+const std::string example =
+    R"({"agent": 0, "seed": 1, "turns": [{"append": 6120, "gen": 211}, {"append": 312, "gen": 95}]}
+{"agent": 7, "seed": 1, "turns": [{"append": 418, "gen": 130}, {"append": 6120, "gen": 211}, {"append": 312, "gen": 95}], "history": 1, "source": {"agent": 0, "offset": 548}}
+)";
+
 const char* ok_line = R"({"agent": 0, "turns": [{"append": 5, "gen": 2}]})";
 
 } // namespace
 
-TEST_CASE("the documented example parses") {
-  auto xs = parse(
-      R"({"agent": 0, "seed": 1, "turns": [{"append": 6120, "gen": 211}, {"append": 312, "gen": 95}]}
-{"agent": 7, "seed": 1, "turns": [{"append": 418, "gen": 130}, {"append": 6120, "gen": 211}, {"append": 312, "gen": 95}], "history": 1, "source": {"agent": 0, "offset": 548}}
-)",
-      65536);
+TEST_CASE("the documented example parses and is written back verbatim") {
+  auto xs = parse(example, 65536);
   REQUIRE(xs);
-  REQUIRE(xs->size() == 2);
-  CHECK((*xs)[0].turns[1] == turn{312, 95});
-  CHECK((*xs)[1].history_turns == 1);
-  CHECK((*xs)[1].source_agent == 0);
-  CHECK((*xs)[1].source_offset == 548);
+  std::ostringstream os;
+  write_trace(os, *xs);
+  CHECK(os.str() == example);
+  auto ys = xs;
+  REQUIRE(ys);
+  REQUIRE(ys->size() == 2);
+  CHECK((*ys)[0].turns[1] == turn{312, 95});
+  CHECK((*ys)[1].history_turns == 1);
+  CHECK((*ys)[1].source_agent == 0);
+  CHECK((*ys)[1].source_offset == 548);
   // The clone's turn 1 prompt ends with the source's turn 0 prompt.
-  auto src = prompt_tokens((*xs)[0], 0);
-  auto cl = prompt_tokens((*xs)[1], 1);
+  auto src = prompt_tokens((*ys)[0], 0);
+  auto cl = prompt_tokens((*ys)[1], 1);
   REQUIRE(cl.size() == 548 + src.size());
   CHECK(std::equal(src.begin(), src.end(), cl.begin() + 548));
 }

@@ -1,0 +1,104 @@
+// The subcommand interface of the `dualpath` command. Each subcommand is one
+// class in its own file (cmd/<name>_command.cpp) registered in
+// cmd/registry.cpp; cmd/commands.cpp parses the command line, loads the
+// configuration and runs the chosen subcommand.
+//
+// Every subcommand gets the common options: --config FILE, --set KEY=VALUE
+// (repeatable), --print-config, --json [FILE], and the profile shortcuts
+// --hardware/--model/--workload NAME. A subcommand adds its own flags; flags
+// that stand for configuration keys go through key_flags so they take part in
+// validation and --print-config like --set.
+//
+// Thread safety: used from the main thread only.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "config/settings.hpp"
+
+namespace dualpath::cmd {
+
+/// Exit statuses of every subcommand.
+enum exit_status : int {
+  exit_ok = 0,
+  /// The run itself failed.
+  exit_failure = 1,
+  /// Bad usage or bad configuration (one message on stderr).
+  exit_usage = 2,
+};
+
+/// Flags that set configuration keys (`--cnic-gbps 100` is
+/// `--set hardware.cnic_gbps=100`). Owns its bindings; outlives parsing.
+class key_flags {
+public:
+  /// Adds `flag VALUE` to `app`, setting `key`. The help text is the key's
+  /// meaning, unit and default from the schema.
+  CLI::Option* add(CLI::App& app, const std::string& flag,
+                   const std::string& key);
+
+  /// The overrides given on the command line, in declaration order.
+  std::vector<config::override_entry> given() const;
+
+private:
+  struct binding {
+    std::string flag;
+    std::string key;
+    std::string text;
+    CLI::Option* option = nullptr;
+  };
+  std::vector<std::unique_ptr<binding>> bindings_; // stable addresses
+};
+
+/// What a subcommand runs with.
+struct invocation {
+  const config::settings& cfg;
+  /// Set when --json was given: "" means stdout, else a file path.
+  std::optional<std::string> json_file;
+  std::ostream& out;
+  std::ostream& err;
+
+  bool json() const {
+    return json_file.has_value();
+  }
+
+  /// Writes `doc` (pretty, with a trailing newline) to stdout or the --json
+  /// file; exit_failure with a message when the file cannot be written.
+  int emit_json(const nlohmann::json& doc) const;
+
+  /// Prints "dualpath <command>: <message>" on stderr; returns `status`.
+  int fail(const std::string& command, const std::string& message,
+           int status) const;
+};
+
+/// One subcommand.
+class command {
+public:
+  virtual ~command() = default;
+
+  virtual std::string name() const = 0;
+
+  /// One line for `dualpath --help`.
+  virtual std::string description() const = 0;
+
+  /// Adds the subcommand's own options to `app` (its CLI11 subcommand).
+  virtual void add_options(CLI::App& app, key_flags& flags) = 0;
+
+  /// Runs after the configuration loaded; returns an exit_status.
+  virtual int run(const invocation& inv) = 0;
+};
+
+/// Every subcommand, in `--help` order (cmd/registry.cpp).
+std::vector<std::unique_ptr<command>> make_commands();
+
+// One factory per subcommand file.
+std::unique_ptr<command> make_plan_command();
+std::unique_ptr<command> make_config_command();
+
+} // namespace dualpath::cmd

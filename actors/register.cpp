@@ -6,6 +6,7 @@
 #include "actors/type_ids.hpp"
 #include "gpu/errors.hpp"
 #include "transport/errors.hpp"
+#include "transport/storage/errors.hpp"
 #include "transport/type_ids.hpp"
 
 // Every module's type-ID block lies at its own fixed offset; they must not
@@ -39,6 +40,7 @@ void add_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_types<caf::id_block::dualpath_transport>();
   cfg.add_message_types<caf::id_block::dualpath_actors>();
   transport::add_error_category(cfg);
+  transport::storage::add_error_category(cfg);
   gpu::add_error_category(cfg);
 }
 

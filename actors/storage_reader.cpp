@@ -1,0 +1,409 @@
+#include "actors/storage_reader.hpp"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/actor_cast.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "transport/storage/block_store.hpp"
+#include "transport/storage/buffer_pool.hpp"
+#include "transport/storage/errors.hpp"
+
+namespace dualpath::actors {
+
+using transport::storage::block_store;
+using transport::storage::buffer_pool;
+using transport::storage::storage_errc;
+
+namespace {
+
+// The reader's full interface: the public one plus the completion message
+// its I/O workers (and its delayed pacing messages) send to it.
+using reader_impl
+  = storage_reader_actor::extend<caf::reacts_to<done_atom, uint64_t>>;
+
+// Worker threads running disk I/O off the actor's thread. Joined on
+// destruction after the queued work ran (the actor's state owns it).
+class io_workers {
+public:
+  explicit io_workers(uint32_t n) {
+    for (uint32_t i = 0; i < n; ++i)
+      threads_.emplace_back([this] { run(); });
+  }
+
+  ~io_workers() {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      t.join();
+  }
+
+  void post(std::function<void()> f) {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      tasks_.push_back(std::move(f));
+    }
+    cv_.notify_one();
+  }
+
+private:
+  void run() {
+    for (;;) {
+      std::function<void()> f;
+      {
+        std::unique_lock<std::mutex> lock{mtx_};
+        cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+        if (tasks_.empty())
+          return;
+        f = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      f();
+    }
+  }
+
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// One block read or one persisted block. The worker fills `err` and sets
+// nothing else; the actor reads it only after the done message arrived
+// (the mailbox orders the accesses).
+struct io_job {
+  enum kind_t { read, write } kind = read;
+  uint64_t request = 0;        // pending_read id (reads)
+  size_t index = 0;            // block position in the request (reads)
+  block_hash hash = 0;
+  uint32_t slot = 0;           // pool slot (reads)
+  caf::actor_clock::time_point ready_at{}; // pacing: not before this
+  bool io_done = false;        // set by the actor on the first done message
+  caf::error err;
+  caf::typed_response_promise<block_hash> write_promise; // (writes)
+};
+
+struct pending_read {
+  read_request req;
+  caf::typed_response_promise<read_completion> promise;
+  size_t next = 0;     // next block to issue
+  size_t finished = 0; // blocks done (leased or failed)
+  std::vector<std::optional<buffer_lease>> leases; // per block
+};
+
+struct reader_state {
+  storage_reader_config cfg;
+  std::unique_ptr<io_workers> workers; // joined first on destruction
+  std::deque<uint64_t> fifo;           // requests with blocks left to issue
+  std::unordered_map<uint64_t, pending_read> reads;
+  std::unordered_map<uint64_t, std::shared_ptr<io_job>> jobs;
+  std::unordered_map<uint64_t, uint32_t> leases; // lease id -> slot
+  uint64_t next_id = 1;
+  uint32_t inflight = 0;
+  read_queue_status queue;
+  static inline const char* name = "storage_reader";
+
+  ~reader_state() {
+    // Workers may still touch the pool/store of queued jobs: join them
+    // before the members they use go away.
+    workers.reset();
+  }
+};
+
+using self_ptr = reader_impl::stateful_pointer<reader_state>;
+
+// Runs `work` on a worker (or inline) and sends (done, id) to the reader
+// afterwards. The worker holds only a weak handle, so a terminated reader
+// does not linger because of queued jobs.
+void dispatch(self_ptr self, uint64_t id, std::function<void()> work) {
+  auto& st = self->state;
+  if (!st.workers) {
+    work();
+    self->send(self, done_atom_v, id);
+    return;
+  }
+  caf::weak_actor_ptr weak = caf::actor_cast<caf::weak_actor_ptr>(self);
+  st.workers->post([weak, id, work = std::move(work)] {
+    work();
+    if (auto strong = weak.lock())
+      caf::anon_send(caf::actor_cast<caf::actor>(strong), done_atom_v, id);
+  });
+}
+
+uint64_t payload_bytes(const reader_state& st) {
+  return st.cfg.store->geometry().payload_bytes();
+}
+
+caf::actor_clock::time_point paced(reader_state& st, uint64_t bytes,
+                                   caf::actor_clock::time_point now) {
+  return st.cfg.pace ? st.cfg.pace(bytes, now) : now;
+}
+
+void finish_read(self_ptr self, uint64_t request) {
+  auto& st = self->state;
+  auto i = st.reads.find(request);
+  auto& p = i->second;
+  read_completion done;
+  done.request_id = p.req.request_id;
+  for (size_t k = 0; k < p.leases.size(); ++k) {
+    if (p.leases[k])
+      done.leases.push_back(std::move(*p.leases[k]));
+    else
+      done.failed.push_back(p.req.blocks[k]);
+  }
+  st.queue.tokens -= p.req.tokens;
+  st.queue.bytes -= payload_bytes(st) * p.req.blocks.size();
+  st.queue.requests -= 1;
+  auto promise = std::move(p.promise);
+  st.reads.erase(i);
+  promise.deliver(std::move(done));
+}
+
+// Issues blocks in FIFO order while slots and in-flight budget last.
+void pump(self_ptr self) {
+  auto& st = self->state;
+  while (!st.fifo.empty() && st.inflight < st.cfg.max_inflight) {
+    auto rid = st.fifo.front();
+    auto& p = st.reads.at(rid);
+    if (p.next == p.req.blocks.size()) {
+      st.fifo.pop_front();
+      continue;
+    }
+    auto slot = st.cfg.pool->acquire();
+    if (!slot)
+      return; // back-pressure: wait for a release
+    auto job = std::make_shared<io_job>();
+    job->kind = io_job::read;
+    job->request = rid;
+    job->index = p.next++;
+    job->hash = p.req.blocks[job->index];
+    job->slot = *slot;
+    job->ready_at = paced(st, payload_bytes(st), self->clock().now());
+    auto id = st.next_id++;
+    st.jobs.emplace(id, job);
+    ++st.inflight;
+    auto store = st.cfg.store;
+    auto pool = st.cfg.pool;
+    dispatch(self, id, [job, store, pool] {
+      auto hdr = store->read_full(job->hash, pool->slot(job->slot));
+      if (!hdr)
+        job->err = std::move(hdr.error());
+    });
+  }
+}
+
+void complete_read(self_ptr self, io_job& job) {
+  auto& st = self->state;
+  --st.inflight;
+  auto& p = st.reads.at(job.request);
+  auto& counters = st.cfg.counters;
+  if (job.err) {
+    st.cfg.pool->release(job.slot);
+    if (counters)
+      ++counters->blocks_failed;
+  } else {
+    auto bytes = payload_bytes(st);
+    buffer_lease lease;
+    lease.lease_id = st.next_id++;
+    lease.hash = job.hash;
+    lease.block_index = p.req.first_block + static_cast<uint32_t>(job.index);
+    auto& pool = *st.cfg.pool;
+    lease.region = remote_region{
+      st.cfg.node,
+      st.cfg.region_id,
+      st.cfg.region_key,
+      reinterpret_cast<uint64_t>(pool.base()),
+      pool.offset_of(job.slot) + transport::storage::header_bytes,
+      bytes};
+    st.leases.emplace(lease.lease_id, job.slot);
+    p.leases[job.index] = std::move(lease);
+    if (counters) {
+      ++counters->blocks_read;
+      counters->bytes_read += bytes;
+    }
+  }
+  if (++p.finished == p.leases.size())
+    finish_read(self, job.request);
+}
+
+// Resolves a persist source to bytes: the configured resolver, else regions
+// of this reader's own pool.
+caf::expected<const std::byte*> resolve_source(reader_state& st,
+                                               const remote_region& r) {
+  if (st.cfg.resolve)
+    return st.cfg.resolve(r);
+  auto& pool = *st.cfg.pool;
+  if (r.node == st.cfg.node && r.region_id == st.cfg.region_id
+      && r.offset + r.length <= pool.size() && r.offset + r.length >= r.offset)
+    return static_cast<const std::byte*>(pool.base() + r.offset);
+  return caf::make_error(storage_errc::invalid_argument,
+                         "cannot resolve region " + std::to_string(r.region_id)
+                           + " of node " + r.node);
+}
+
+reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  if (st.cfg.io_threads > 0)
+    st.workers = std::make_unique<io_workers>(st.cfg.io_threads);
+  if (st.cfg.max_inflight == 0)
+    st.cfg.max_inflight = 1;
+  return {
+    [self](read_atom, read_request& req) -> caf::result<read_completion> {
+      auto& st = self->state;
+      if (req.blocks.size() > st.cfg.pool->slots())
+        return caf::make_error(storage_errc::over_budget,
+                               std::to_string(req.blocks.size())
+                                 + " blocks exceed a pool of "
+                                 + std::to_string(st.cfg.pool->slots()));
+      if (req.blocks.empty()) {
+        read_completion done;
+        done.request_id = req.request_id;
+        return done;
+      }
+      auto rp = self->make_response_promise<read_completion>();
+      auto id = st.next_id++;
+      pending_read p;
+      p.leases.resize(req.blocks.size());
+      st.queue.tokens += req.tokens;
+      st.queue.bytes += payload_bytes(st) * req.blocks.size();
+      st.queue.requests += 1;
+      p.req = std::move(req);
+      p.promise = rp;
+      st.reads.emplace(id, std::move(p));
+      st.fifo.push_back(id);
+      pump(self);
+      return rp;
+    },
+    [self](release_atom, uint64_t lease_id) {
+      auto& st = self->state;
+      auto i = st.leases.find(lease_id);
+      if (i == st.leases.end())
+        return; // released twice or unknown: nothing to free
+      st.cfg.pool->release(i->second);
+      st.leases.erase(i);
+      pump(self);
+    },
+    [self](persist_atom, persist_request& req) -> caf::result<block_hash> {
+      auto& st = self->state;
+      auto store = st.cfg.store;
+      auto& geo = store->geometry();
+      const std::byte* src = nullptr;
+      if (req.source.length != 0) {
+        if (req.source.length != geo.payload_bytes())
+          return caf::make_error(storage_errc::invalid_argument,
+                                 "persist source of "
+                                   + std::to_string(req.source.length)
+                                   + " bytes, block payload is "
+                                   + std::to_string(geo.payload_bytes()));
+        auto r = resolve_source(st, req.source);
+        if (!r)
+          return std::move(r.error());
+        src = *r;
+      }
+      auto job = std::make_shared<io_job>();
+      job->kind = io_job::write;
+      job->hash = req.hash;
+      job->ready_at = paced(st, geo.payload_bytes(), self->clock().now());
+      job->write_promise = self->make_response_promise<block_hash>();
+      auto id = st.next_id++;
+      st.jobs.emplace(id, job);
+      auto parent = req.parent;
+      dispatch(self, id, [job, store, src, parent] {
+        auto& geo = store->geometry();
+        auto model = store->config().model_id;
+        auto buf = transport::storage::aligned_buffer::make(geo.file_bytes());
+        if (!buf) {
+          job->err = std::move(buf.error());
+          return;
+        }
+        if (src) {
+          std::memcpy(buf->data() + transport::storage::header_bytes, src,
+                      geo.payload_bytes());
+          job->err = transport::storage::seal_block(geo, model, job->hash,
+                                                    parent, buf->data());
+        } else {
+          // No source bytes: the deterministic KV content of this block
+          // (what a decode engine computes for it in this emulation).
+          job->err = transport::storage::make_block(geo, model, job->hash,
+                                                    parent, buf->data());
+        }
+        if (!job->err)
+          job->err = store->write(job->hash, parent, buf->data());
+      });
+      return job->write_promise;
+    },
+    [self](queue_atom) { return self->state.queue; },
+    [self](done_atom, uint64_t id) {
+      auto& st = self->state;
+      auto i = st.jobs.find(id);
+      if (i == st.jobs.end())
+        return;
+      auto job = i->second;
+      auto now = self->clock().now();
+      if (now < job->ready_at) {
+        // The disk was faster than the emulated NIC: complete at the paced
+        // time.
+        self->delayed_send(self, job->ready_at - now, done_atom_v, id);
+        return;
+      }
+      st.jobs.erase(i);
+      if (job->kind == io_job::read) {
+        complete_read(self, *job);
+        pump(self);
+        return;
+      }
+      auto& counters = st.cfg.counters;
+      if (job->err) {
+        if (counters)
+          ++counters->writes_failed;
+        job->write_promise.deliver(std::move(job->err));
+        return;
+      }
+      if (counters) {
+        ++counters->blocks_written;
+        counters->bytes_written += payload_bytes(st);
+      }
+      job->write_promise.deliver(job->hash);
+    },
+  };
+}
+
+} // namespace
+
+storage_reader_config::pace_fn
+pace_with(std::shared_ptr<transport::link_pacer> pacer) {
+  return [pacer](uint64_t bytes, storage_reader_config::time_point now) {
+    return pacer->reserve(bytes, now);
+  };
+}
+
+caf::expected<storage_reader_actor>
+spawn_storage_reader(caf::actor_system& sys, storage_reader_config cfg) {
+  if (!cfg.store || !cfg.pool)
+    return caf::make_error(storage_errc::invalid_argument,
+                           "storage reader needs a store and a buffer pool");
+  if (cfg.pool->slot_bytes() < cfg.store->geometry().file_bytes())
+    return caf::make_error(storage_errc::invalid_argument,
+                           "buffer pool slots of "
+                             + std::to_string(cfg.pool->slot_bytes())
+                             + " bytes cannot hold block files of "
+                             + std::to_string(
+                               cfg.store->geometry().file_bytes()));
+  auto impl = sys.spawn(reader, std::move(cfg));
+  return caf::actor_cast<storage_reader_actor>(impl);
+}
+
+} // namespace dualpath::actors

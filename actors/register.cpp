@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "actors/type_ids.hpp"
+#include "config/errors.hpp"
 #include "gpu/errors.hpp"
 #include "transport/errors.hpp"
 #include "transport/storage/errors.hpp"
@@ -42,6 +43,7 @@ void add_message_types(caf::actor_system_config& cfg) {
   transport::add_error_category(cfg);
   transport::storage::add_error_category(cfg);
   gpu::add_error_category(cfg);
+  config::add_error_category(cfg);
 }
 
 std::vector<std::string> registered_type_names() {

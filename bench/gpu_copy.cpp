@@ -248,9 +248,8 @@ int main(int argc, char** argv) {
     batched = run_submit(e, copy_method::batched, warmups, runs);
     print_submit("submit_batched", batched);
   } else {
-    std::printf("%-18s unavailable (cudaMemcpyBatchAsync refused by the "
-                "runtime/driver)\n",
-                "submit_batched");
+    std::printf("%-18s unavailable: %s\n", "submit_batched",
+                caps.notes.c_str());
   }
   struct bw_case {
     const char* name;

@@ -58,6 +58,15 @@ caf::error cuda_call(const char* call, cudaError_t rc) {
   }
 }
 
+/// For release paths (destructors, noexcept): the call still goes through
+/// cuda_call, but its error has nowhere to go. A failure here means the
+/// context is already broken, which the next fallible call reports.
+void release_call(const char* call, cudaError_t rc) noexcept {
+  if (rc != cudaSuccess)
+    cudaGetLastError(); // consume a non-sticky error; sticky ones persist
+  static_cast<void>(call);
+}
+
 /// Per-stream state: the stream and the checksum's result slots.
 struct cuda_stream {
   cudaStream_t handle = nullptr;
@@ -68,13 +77,13 @@ struct cuda_stream {
   /// Errors are ignored: nothing can be done about them in a destructor.
   ~cuda_stream() {
     if (handle != nullptr)
-      cudaStreamSynchronize(handle);
+      release_call("cudaStreamSynchronize", cudaStreamSynchronize(handle));
     if (host_sum != nullptr)
-      cudaFreeHost(host_sum);
+      release_call("cudaFreeHost", cudaFreeHost(host_sum));
     if (device_sum != nullptr)
-      cudaFree(device_sum);
+      release_call("cudaFree", cudaFree(device_sum));
     if (handle != nullptr)
-      cudaStreamDestroy(handle);
+      release_call("cudaStreamDestroy", cudaStreamDestroy(handle));
   }
 };
 
@@ -107,7 +116,16 @@ public:
     budget = std::min<uint64_t>(budget, total_bytes);
     std::shared_ptr<cuda_device> dev{
         new cuda_device(opts.cuda_device, budget, prop, total_bytes)};
-    dev->caps_.batched_copy = dev->probe_batched_copy();
+    if (auto err = dev->probe_batched_copy()) {
+      dev->caps_.batched_copy = false;
+      const auto& ctx = err.context();
+      dev->caps_.notes =
+          "batched copies off: "
+          + (ctx.match_elements<std::string>() ? ctx.get_as<std::string>(0)
+                                               : std::string{"probe failed"});
+    } else {
+      dev->caps_.batched_copy = true;
+    }
     return std::shared_ptr<device>{std::move(dev)};
   }
 
@@ -126,8 +144,9 @@ protected:
   }
 
   void do_free(std::byte* data, size_t) noexcept override {
-    cudaSetDevice(ordinal_);
-    cudaFree(data); // synchronises the device; errors cannot be reported here
+    release_call("cudaSetDevice", cudaSetDevice(ordinal_));
+    // cudaFree synchronises the device; engines that free per layer pay it.
+    release_call("cudaFree", cudaFree(data));
   }
 
   caf::error do_pin(std::byte* data, size_t bytes) override {
@@ -139,8 +158,8 @@ protected:
   }
 
   void do_unpin(std::byte* data) noexcept override {
-    cudaSetDevice(ordinal_);
-    cudaHostUnregister(data);
+    release_call("cudaSetDevice", cudaSetDevice(ordinal_));
+    release_call("cudaHostUnregister", cudaHostUnregister(data));
   }
 
   caf::expected<void*> do_make_stream() override {
@@ -163,7 +182,7 @@ protected:
   }
 
   void do_destroy_stream(void* handle) noexcept override {
-    cudaSetDevice(ordinal_);
+    release_call("cudaSetDevice", cudaSetDevice(ordinal_));
     delete static_cast<cuda_stream*>(handle);
   }
 
@@ -179,8 +198,9 @@ protected:
   }
 
   void do_destroy_event(void* handle) noexcept override {
-    cudaSetDevice(ordinal_);
-    cudaEventDestroy(static_cast<cudaEvent_t>(handle));
+    release_call("cudaSetDevice", cudaSetDevice(ordinal_));
+    release_call("cudaEventDestroy",
+                 cudaEventDestroy(static_cast<cudaEvent_t>(handle)));
   }
 
   caf::error do_copy(direction dir, const std::vector<raw_chunk>& chunks,
@@ -311,33 +331,39 @@ private:
 #endif
   }
 
-  /// Tries one real 8-byte batch copy host -> device -> host.
-  bool probe_batched_copy() {
+  /// Tries one real 8-byte batch copy host -> device -> host; none when the
+  /// batch API works, else why not.
+  caf::error probe_batched_copy() {
     auto st = do_make_stream();
     if (!st)
-      return false;
+      return std::move(st.error());
     std::unique_ptr<cuda_stream> guard{static_cast<cuda_stream*>(*st)};
     void* dev = nullptr;
-    if (cudaMalloc(&dev, 8) != cudaSuccess)
-      return false;
-    auto& hsum = *guard->host_sum; // reuse the stream's pinned 8 bytes
-    hsum = 0x0123456789ABCDEFull;
-    const unsigned long long expected = hsum;
-    std::vector<raw_chunk> up{{reinterpret_cast<const std::byte*>(&hsum),
+    if (auto err = cuda_call("cudaMalloc", cudaMalloc(&dev, 8)))
+      return err;
+    auto& slot = *guard->host_sum; // the stream's pinned 8 bytes
+    slot = 0x0123456789ABCDEFull;
+    const unsigned long long expected = slot;
+    std::vector<raw_chunk> up{{reinterpret_cast<const std::byte*>(&slot),
                                static_cast<std::byte*>(dev), 8}};
     std::vector<raw_chunk> down{{static_cast<const std::byte*>(dev),
-                                 reinterpret_cast<std::byte*>(&hsum), 8}};
-    bool ok = !batch_copy(up, guard->handle)
-              && cudaStreamSynchronize(guard->handle) == cudaSuccess;
-    if (ok) {
-      hsum = 0;
-      ok = !batch_copy(down, guard->handle)
-           && cudaStreamSynchronize(guard->handle) == cudaSuccess
-           && hsum == expected;
+                                 reinterpret_cast<std::byte*>(&slot), 8}};
+    auto err = batch_copy(up, guard->handle);
+    if (!err)
+      err = cuda_call("cudaStreamSynchronize",
+                      cudaStreamSynchronize(guard->handle));
+    if (!err) {
+      slot = 0;
+      err = batch_copy(down, guard->handle);
     }
-    cudaGetLastError(); // a refused batch leaves no error behind
-    cudaFree(dev);
-    return ok;
+    if (!err)
+      err = cuda_call("cudaStreamSynchronize",
+                      cudaStreamSynchronize(guard->handle));
+    if (!err && slot != expected)
+      err = caf::make_error(gpu_errc::cuda_error,
+                            "cudaMemcpyBatchAsync probe moved wrong bytes");
+    release_call("cudaFree", cudaFree(dev));
+    return err;
   }
 
   int ordinal_;
@@ -350,7 +376,8 @@ caf::expected<int> probe_cuda() {
   int count = 0;
   auto rc = cudaGetDeviceCount(&count);
   if (rc != cudaSuccess) {
-    cudaGetLastError(); // clear it so later calls start clean
+    // Consume the error so that later calls start clean.
+    release_call("cudaGetDeviceCount", rc);
     auto err = cuda_call("cudaGetDeviceCount", rc);
     if (err.code() != static_cast<uint8_t>(gpu_errc::no_device))
       return caf::make_error(gpu_errc::no_device,

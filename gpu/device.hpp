@@ -82,13 +82,17 @@ struct device_capabilities {
   bool device_checksum = false;
   /// Memory of the device in bytes (host: the budget).
   uint64_t total_memory = 0;
+  /// Why an optional capability is off (e.g. the batch API's refusal);
+  /// empty when nothing needs explaining.
+  std::string notes;
 };
 
 /// Options of make_device().
 struct device_options {
   backend_choice backend = backend_choice::automatic;
-  /// Most bytes of device memory handed out at once. 0 = cuda: the device's
-  /// free memory at creation; host: invalid.
+  /// Most bytes of device memory handed out at once; cuda caps it at the
+  /// device's memory. 0 = cuda: the device's free memory at creation; host:
+  /// invalid.
   uint64_t hbm_budget = uint64_t{1} << 30;
   /// CUDA device ordinal.
   int cuda_device = 0;

@@ -15,10 +15,14 @@
 #   bench/gpu_check.sh             build + run (logs under $OUT if set, else
 #                                  build-gpucheck/out)
 #   bench/gpu_check.sh fetch-deps  (on a build machine with apt) download the
-#                                  CAF and doctest .debs into .gpudeps/ for a
-#                                  bare GPU machine; carry .gpudeps there.
+#                                  CAF and doctest .debs (~1 MB) into .gpudeps/
+#                                  for a bare GPU machine; carry .gpudeps there.
+# On a bare GPU machine run this script directly, not through bench/run (which
+# first builds the whole tree with every Debian dependency): e.g. the device
+# tool's run with command "bench/gpu_check.sh" and carry [".gpudeps"].
 # Environment: NVCC (default /usr/local/cuda/bin/nvcc), CXX (default g++),
-# CUDA_ARCH (default 90), GPU_CHECK_BUILD (default build-gpucheck), JOBS.
+# CUDA_ARCH (default 90), GPU_CHECK_BUILD (default build-gpucheck), JOBS,
+# GPU_CHECK_USE_DEBS=1 (use .gpudeps even where the system has CAF).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
@@ -54,11 +58,24 @@ mkdir -p "$build/obj" "$out"
 # CAF 0.17.6 and doctest: the system's, else unpacked from carried .debs.
 incs=()
 libdirs=()
-if [ ! -f /usr/include/caf/config.hpp ] || [ ! -f /usr/include/doctest/doctest.h ]; then
+unpack() { # a .deb into a folder, without dpkg if need be
+  mkdir -p "$2"
+  if command -v dpkg-deb >/dev/null; then
+    dpkg-deb -x "$1" "$2"
+  else
+    local member
+    member=$(ar t "$1" | grep '^data\.tar') || return 1
+    ar p "$1" "$member" | tar -x -a -f - -C "$2" 2>/dev/null \
+      || ar p "$1" "$member" | tar -x -J -C "$2"
+  fi
+}
+if [ -n "${GPU_CHECK_USE_DEBS:-}" ] || [ ! -f /usr/include/caf/config.hpp ] \
+  || [ ! -f /usr/include/doctest/doctest.h ]; then
   debs=(.gpudeps/*.deb)
   [ -e "${debs[0]}" ] || skip "CAF 0.17.6 / doctest headers not found; run 'bench/gpu_check.sh fetch-deps' on a build machine and carry .gpudeps"
   rm -rf "$build/deps"
-  for d in "${debs[@]}"; do dpkg-deb -x "$d" "$build/deps" || skip "cannot unpack $d"; done
+  for d in "${debs[@]}"; do unpack "$d" "$build/deps" || skip "cannot unpack $d"; done
+  echo "== CAF and doctest from .gpudeps (unpacked under $build/deps)"
   incs+=(-isystem "$build/deps/usr/include")
   libdirs+=(-L"$build/deps/usr/lib/x86_64-linux-gnu" -Wl,-rpath,"$build/deps/usr/lib/x86_64-linux-gnu")
 fi

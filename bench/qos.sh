@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# bench/run qos [--runs N] [--samples N]: p99 latency of 4 KiB control writes
+# alone and while a kv stream saturates the same connection pair (tcp backend,
+# two processes on loopback). Last line:
+#   RESULT qos p99_ratio=X   (target <= 1.2)
+# BUILD_DIR (set by bench/run) holds an optimised build.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$root/build-bench}
+cmake --build "$BUILD_DIR" --target bench_qos >&2
+bin=$(find "$BUILD_DIR" -name bench_qos -type f -perm -u+x | head -1)
+exec "$bin" "$@"

@@ -230,8 +230,9 @@ int main(int argc, char** argv) {
         take(sel.dev->make_event(), "make_event")};
   const auto& caps = e.dev->capabilities();
   std::printf("gpu_copy: %s\n", sel.reason.c_str());
-  std::printf("device: %s, batched_copy=%d, runs=%d, warmups=%d\n",
-              caps.name.c_str(), caps.batched_copy ? 1 : 0, runs, warmups);
+  std::printf("device: %s, batched_copy=%d, runs=%d, warmups=%d%s%s\n",
+              caps.name.c_str(), caps.batched_copy ? 1 : 0, runs, warmups,
+              caps.notes.empty() ? "" : ", notes: ", caps.notes.c_str());
   std::printf("\n%-18s %8s %12s %28s %22s %3s\n", "workload", "chunks", "bytes",
               "submit us/chunk med [min,max]", "complete ms med", "ok");
   const size_t rows = layers * tokens_per_chunk_list;

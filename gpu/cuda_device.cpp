@@ -1,7 +1,7 @@
-// The cuda backend of gpu::device: device memory from cudaMalloc, host memory
-// registered with cudaHostRegister, non-blocking streams, timing-free events,
-// copies by cudaMemcpyAsync per chunk or one cudaMemcpyBatchAsync per list,
-// and the checksum kernel of gpu/cuda_checksum.cu.
+// The cuda backend of gpu::device: device memory from cudaMalloc(Async), host
+// memory registered with cudaHostRegister, non-blocking streams, timing-free
+// events, copies by cudaMemcpyAsync per chunk or one cudaMemcpyBatchAsync per
+// list, and the checksum kernel of gpu/cuda_checksum.cu.
 //
 // Why some choices:
 // - Every CUDA call goes through cuda_call(), which keeps the call's name and
@@ -16,6 +16,10 @@
 //   batch copy: a CUDA 13 runtime on an older driver can return
 //   cudaErrorNotSupported / cudaErrorCallRequiresNewerDriver, in which case
 //   capabilities().batched_copy is false and callers use per-chunk copies.
+// - Device memory comes from the device's default memory pool
+//   (cudaMallocAsync/cudaFreeAsync on an internal stream, freed memory kept
+//   in the pool) where pools are supported, because engines free GPU memory
+//   per layer and cudaFree would synchronise the whole device each time.
 // - The checksum needs an 8-byte device accumulator and an 8-byte pinned host
 //   landing slot; each stream owns one pair (a stream is used by one thread at
 //   a time, and checksum() waits for its result before returning).
@@ -116,17 +120,30 @@ public:
     budget = std::min<uint64_t>(budget, total_bytes);
     std::shared_ptr<cuda_device> dev{
         new cuda_device(opts.cuda_device, budget, prop, total_bytes)};
+    if (auto err = dev->setup_pool())
+      return err;
     if (auto err = dev->probe_batched_copy()) {
       dev->caps_.batched_copy = false;
       const auto& ctx = err.context();
-      dev->caps_.notes =
-          "batched copies off: "
-          + (ctx.match_elements<std::string>() ? ctx.get_as<std::string>(0)
-                                               : std::string{"probe failed"});
+      dev->add_note("batched copies off: "
+                    + (ctx.match_elements<std::string>()
+                           ? ctx.get_as<std::string>(0)
+                           : std::string{"probe failed"}));
     } else {
       dev->caps_.batched_copy = true;
     }
     return std::shared_ptr<device>{std::move(dev)};
+  }
+
+  ~cuda_device() override {
+    // Every buffer is gone (each held a reference to this device); wait for
+    // the pool's frees, then drop the allocation stream.
+    if (alloc_stream_ != nullptr) {
+      release_call("cudaSetDevice", cudaSetDevice(ordinal_));
+      release_call("cudaStreamSynchronize",
+                   cudaStreamSynchronize(alloc_stream_));
+      release_call("cudaStreamDestroy", cudaStreamDestroy(alloc_stream_));
+    }
   }
 
   const device_capabilities& capabilities() const override {
@@ -138,15 +155,33 @@ protected:
     if (auto err = activate())
       return err;
     void* ptr = nullptr;
-    if (auto err = cuda_call("cudaMalloc", cudaMalloc(&ptr, bytes)))
+    if (!pooled_) {
+      if (auto err = cuda_call("cudaMalloc", cudaMalloc(&ptr, bytes)))
+        return err;
+      return static_cast<std::byte*>(ptr);
+    }
+    if (auto err = cuda_call("cudaMallocAsync",
+                             cudaMallocAsync(&ptr, bytes, alloc_stream_)))
       return err;
+    // Once the allocation stream has reached it, the memory may be used from
+    // any stream.
+    if (auto err = cuda_call("cudaStreamSynchronize",
+                             cudaStreamSynchronize(alloc_stream_))) {
+      release_call("cudaFreeAsync", cudaFreeAsync(ptr, alloc_stream_));
+      return err;
+    }
     return static_cast<std::byte*>(ptr);
   }
 
   void do_free(std::byte* data, size_t) noexcept override {
     release_call("cudaSetDevice", cudaSetDevice(ordinal_));
-    // cudaFree synchronises the device; engines that free per layer pay it.
-    release_call("cudaFree", cudaFree(data));
+    // The caller guarantees no pending work uses the buffer (device.hpp), so
+    // a stream-ordered free needs no device-wide synchronisation; plain
+    // cudaFree (no memory pools) synchronises the device.
+    if (pooled_)
+      release_call("cudaFreeAsync", cudaFreeAsync(data, alloc_stream_));
+    else
+      release_call("cudaFree", cudaFree(data));
   }
 
   caf::error do_pin(std::byte* data, size_t bytes) override {
@@ -294,6 +329,47 @@ private:
     return cuda_call("cudaSetDevice", cudaSetDevice(ordinal_));
   }
 
+  void add_note(const std::string& note) {
+    if (!caps_.notes.empty())
+      caps_.notes += "; ";
+    caps_.notes += note;
+  }
+
+  /// Engines allocate and free per layer; cudaFree would synchronise the
+  /// whole device each time and defeat the overlap of copies and compute.
+  /// Where the device supports memory pools, allocations come from the
+  /// default pool (stream-ordered, freed memory kept cached in the pool) on
+  /// an internal stream instead.
+  caf::error setup_pool() {
+    int supported = 0;
+    if (auto err = cuda_call(
+            "cudaDeviceGetAttribute",
+            cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported,
+                                   ordinal_)))
+      return err;
+    if (supported == 0) {
+      add_note("no memory pools: cudaMalloc/cudaFree (cudaFree synchronises "
+               "the device)");
+      return caf::none;
+    }
+    cudaMemPool_t pool = nullptr;
+    if (auto err = cuda_call("cudaDeviceGetDefaultMemPool",
+                             cudaDeviceGetDefaultMemPool(&pool, ordinal_)))
+      return err;
+    uint64_t keep_all = UINT64_MAX;
+    if (auto err =
+            cuda_call("cudaMemPoolSetAttribute",
+                      cudaMemPoolSetAttribute(
+                          pool, cudaMemPoolAttrReleaseThreshold, &keep_all)))
+      return err;
+    if (auto err = cuda_call(
+            "cudaStreamCreateWithFlags",
+            cudaStreamCreateWithFlags(&alloc_stream_, cudaStreamNonBlocking)))
+      return err;
+    pooled_ = true;
+    return caf::none;
+  }
+
   /// One cudaMemcpyBatchAsync for the whole list. Every copy reads its source
   /// in stream order (the source may be written by earlier work on the
   /// stream, e.g. a D2H copy or an RDMA write the caller waited for).
@@ -368,6 +444,9 @@ private:
 
   int ordinal_;
   device_capabilities caps_;
+  /// Allocations are stream-ordered on alloc_stream_ (memory pools).
+  bool pooled_ = false;
+  cudaStream_t alloc_stream_ = nullptr;
 };
 
 } // namespace

@@ -42,7 +42,8 @@ TEST_CASE("cuda backend: capabilities of a real device") {
   auto dev = make_cuda(64ull << 20);
   const auto& caps = dev->capabilities();
   MESSAGE("device: " << caps.name << ", " << caps.total_memory
-                     << " B, batched_copy=" << caps.batched_copy);
+                     << " B, batched_copy=" << caps.batched_copy
+                     << ", notes: " << caps.notes);
   CHECK(caps.kind == backend_kind::cuda);
   CHECK(caps.real_device);
   CHECK(caps.device_checksum);
@@ -111,4 +112,27 @@ TEST_CASE("cuda backend: the device checksum sees corruption in HBM") {
   auto big_sum = dev->checksum(*big, 0, big_src.size(), *s);
   REQUIRE(big_sum);
   CHECK_EQ(*big_sum, block_checksum(big_src.data(), big_src.size()));
+}
+
+TEST_CASE("cuda backend: per-layer allocate/copy/free cycles stay exact") {
+  // The engines' pattern: a layer's buffer is allocated, filled, checked and
+  // freed, layer after layer; freed memory is reused (memory pool) and must
+  // never show a previous layer's bytes or exceed the budget.
+  constexpr size_t layer_bytes = 4096 * 656;
+  auto dev = make_cuda(2 * layer_bytes);
+  auto s = dev->make_stream();
+  REQUIRE(s);
+  for (uint64_t layer = 0; layer < 61; ++layer) {
+    auto src = checks::pattern(layer_bytes, 100 + layer);
+    auto pin = dev->pin(src.data(), src.size());
+    REQUIRE(pin);
+    auto buf = dev->allocate(layer_bytes);
+    REQUIRE(buf);
+    REQUIRE(!dev->copy_h2d(*pin, *buf, {{0, 0, layer_bytes}}, *s));
+    auto sum = dev->checksum(*buf, 0, layer_bytes, *s);
+    REQUIRE(sum);
+    CHECK_EQ(*sum, block_checksum(src.data(), layer_bytes));
+  }
+  CHECK_EQ(dev->bytes_allocated(), 0u);
+  CHECK_EQ(dev->peak_bytes_allocated(), layer_bytes);
 }

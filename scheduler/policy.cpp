@@ -28,9 +28,6 @@ void commit_reads(cluster_state& st, uint32_t pe, uint32_t group,
 }
 
 dualpath_policy::dualpath_policy(policy_config cfg) : cfg_(cfg) {
-  // Policy is "split unless told otherwise"; pe_only belongs to Basic.
-  if (cfg_.reads == read_mode::pe_only)
-    cfg_.reads = read_mode::shorter_queue;
 }
 
 fetch_result

@@ -44,12 +44,27 @@ enum class policy_kind : uint8_t {
 
 std::string to_string(policy_kind x);
 
-/// Policy parameters (the config module fills this from config keys).
+/// Policy parameters (the config module fills this from config keys). Every
+/// policy honours `reads`, so the ablation steps (round robin with dual-path
+/// reads, the paper's scheduler without split reads) are configurations.
 struct policy_config {
   policy_kind kind = policy_kind::dualpath;
   thresholds limits;                        ///< alpha, beta (tokens).
   double de_headroom = default_de_headroom; ///< Z factor.
-  read_mode reads = read_mode::split;       ///< dualpath: split or shorter.
+  read_mode reads = read_mode::split;       ///< Which side reads hit blocks.
+
+  /// The paper's Basic baseline: round robin, every read on the PE side.
+  static policy_config basic(thresholds limits) {
+    return policy_config{policy_kind::basic, limits, default_de_headroom,
+                         read_mode::pe_only};
+  }
+
+  /// DualPath mode: the paper's scheduler, split reads unless told otherwise.
+  static policy_config dualpath(thresholds limits,
+                                read_mode reads = read_mode::split) {
+    return policy_config{policy_kind::dualpath, limits, default_de_headroom,
+                         reads};
+  }
 };
 
 /// The decision for one request at fetch time.
@@ -81,6 +96,7 @@ public:
 
 /// The paper's policy: PE selection (pe_selection.hpp), DE routing and
 /// placement (de_selection.hpp), reads by cfg.reads (path_choice.hpp).
+/// Not the Basic baseline: that is round_robin_policy.
 class dualpath_policy final : public placement_policy {
 public:
   explicit dualpath_policy(policy_config cfg);

@@ -7,7 +7,6 @@
 namespace dualpath::scheduler {
 
 round_robin_policy::round_robin_policy(policy_config cfg) : cfg_(cfg) {
-  cfg_.reads = read_mode::pe_only;
 }
 
 fetch_result
@@ -34,7 +33,10 @@ round_robin_policy::fetch(cluster_state& st, std::deque<request_info>& waiting,
       break;
     auto g = group_cursor_ % groups;
     group_cursor_ = (g + 1) % groups;
-    read_split s{r.hit_blocks, r.hit_blocks};
+    const auto& pn = st.nodes[st.prefill[pe].node];
+    const auto& dn = st.nodes[st.decode_groups[g].node];
+    auto s = plan_reads(cfg_.reads, pn.read_q, pn.read_tokens_per_s, dn.read_q,
+                        dn.read_tokens_per_s, r.hit_blocks, r.block_tokens());
     commit_prefill(st, pe, r, 0);
     commit_reads(st, pe, g, r, s);
     route_to_group(st, g, r);

@@ -7,7 +7,9 @@
 //  - decode group: the next group in round-robin order;
 //  - decode engine: the group's next engine in round-robin order that has
 //    enough free HBM; stop when none has;
-//  - reads: every hit block on the PE side.
+//  - reads: as cfg.reads says; policy_config::basic() puts every hit block on
+//    the PE side (Basic), other modes give the ablation's "round robin with
+//    dual-path reads".
 // Loads are still recorded in cluster_state (tok_e, seq_e, free HBM, read
 // queues), so both policies are compared on the same bookkeeping.
 //

@@ -197,7 +197,7 @@ void checked_fetch(scenario& s, placement_policy& pol, policy_kind kind,
     CHECK(d.reads.pe_side_blocks + d.reads.de_side_blocks() == r.hit_blocks);
     auto pn = s.st.prefill[d.prefill].node;
     auto dn = s.st.decode_groups[d.decode_group].node;
-    if (kind == policy_kind::basic || mode == read_mode::pe_only) {
+    if (mode == read_mode::pe_only) {
       CHECK(d.reads.pe_side_blocks == r.hit_blocks);
     } else if (mode == read_mode::shorter_queue) {
       CHECK(d.reads.pe_side_blocks == (q[pn] <= q[dn] ? r.hit_blocks : 0u));
@@ -318,6 +318,10 @@ TEST_CASE("property: dualpath policy with shorter-queue reads") {
 
 TEST_CASE("property: basic round-robin policy") {
   run_policy_property(policy_kind::basic, read_mode::pe_only, 13);
+}
+
+TEST_CASE("property: round robin with dual-path reads (ablation step)") {
+  run_policy_property(policy_kind::basic, read_mode::shorter_queue, 14);
 }
 
 TEST_CASE("property: split parts cover the hit blocks and drain together") {

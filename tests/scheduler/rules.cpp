@@ -285,10 +285,7 @@ TEST_CASE("basic mode: round robin, PE-only reads") {
       make_or_fail({pe(0, 0, 0, 0), pe(1, 0, 5000, 0), pe(2, 0, 0, 0)},
                    {de(0, 0, 1, 0, 0, 1 << 20), de(1, 1, 2, 0, 0, 1 << 20)},
                    {node_state{}, node_state{}, node_state{}});
-  policy_config cfg;
-  cfg.kind = policy_kind::basic;
-  cfg.limits = thresholds{0, 1000};
-  auto pol = make_policy(cfg);
+  auto pol = make_policy(policy_config::basic(thresholds{0, 1000}));
   std::deque<request_info> waiting;
   for (uint64_t i = 1; i <= 4; ++i)
     waiting.push_back(req(i, 100, 2));

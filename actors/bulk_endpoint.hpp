@@ -55,7 +55,7 @@ public:
 private:
   mutable std::mutex mtx_;
   std::unordered_map<uint32_t, const transport::bulk::local_registration*>
-    regs_;
+      regs_;
 };
 
 /// Spawns an endpoint over `backend` (which must outlive the actor's last

@@ -71,7 +71,7 @@ inline bool fork_receiver(uint64_t len, const std::string& secret,
   ::close(fds[0]);
   std::istringstream in{line};
   in >> out.address >> out.region.region_id >> out.region.key
-    >> out.region.base;
+      >> out.region.base;
   out.region.node = "receiver";
   out.region.length = len;
   return !out.address.empty();

@@ -31,7 +31,8 @@ constexpr uint64_t control_size = 4096;
 constexpr uint64_t kv_size = 4 << 20;
 
 /// Latencies (microseconds) of `n` sequential control writes.
-std::vector<double> control_latencies(backend& be, const local_registration& src,
+std::vector<double> control_latencies(backend& be,
+                                      const local_registration& src,
                                       const transport::remote_region& dst,
                                       int n) {
   std::vector<double> out;
@@ -67,7 +68,7 @@ class kv_stream {
 public:
   kv_stream(backend& be, const local_registration& src,
             const transport::remote_region& dst)
-    : be_(be), src_(src), dst_(dst) {
+      : be_(be), src_(src), dst_(dst) {
     start_ = clk::now();
     for (int i = 0; i < 4; ++i)
       post_one();

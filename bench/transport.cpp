@@ -31,9 +31,9 @@ struct workload {
 };
 
 const workload tcp_workloads[] = {
-  {"tcp_64k", 64 << 10},
-  {"tcp_1m", 1 << 20},
-  {"tcp_4m", 4 << 20},
+    {"tcp_64k", 64 << 10},
+    {"tcp_1m", 1 << 20},
+    {"tcp_4m", 4 << 20},
 };
 
 constexpr uint64_t region_len = 64 << 20;

@@ -39,10 +39,10 @@ template <class T, class Handle, class... Ts>
 T ask(caf::scoped_actor& self, const Handle& h, Ts&&... xs) {
   T result;
   self->request(h, 5s, std::forward<Ts>(xs)...)
-    .receive([&](T& x) { result = std::move(x); },
-             [&](caf::error& err) {
-               FAIL("request failed: " << caf::to_string(err));
-             });
+      .receive([&](T& x) { result = std::move(x); },
+               [&](caf::error& err) {
+                 FAIL("request failed: " << caf::to_string(err));
+               });
   return result;
 }
 
@@ -82,7 +82,7 @@ TEST_CASE("endpoints connect and move a batch's bytes outside CAF") {
     wb.tclass = transport::traffic_class::kv;
     wb.ops.push_back(write_op{rs->id(), 0, *rd->describe().subrange(0, 4096)});
     wb.ops.push_back(
-      write_op{rs->id(), 8192, *rd->describe().subrange(500000, 300000)});
+        write_op{rs->id(), 8192, *rd->describe().subrange(500000, 300000)});
     auto c = ask<batch_completion>(self, a, write_atom_v, wb);
     CHECK(c.error == "");
     CHECK(c.tag == 5);

@@ -9,12 +9,12 @@ std::string to_string(memory_kind x) {
 }
 
 local_registration::local_registration(local_registration&& other) noexcept
-  : lkey(other.lkey),
-    owner_(std::exchange(other.owner_, nullptr)),
-    ptr_(other.ptr_),
-    len_(other.len_),
-    kind_(other.kind_),
-    desc_(std::move(other.desc_)) {
+    : lkey(other.lkey),
+      owner_(std::exchange(other.owner_, nullptr)),
+      ptr_(other.ptr_),
+      len_(other.len_),
+      kind_(other.kind_),
+      desc_(std::move(other.desc_)) {
   // nop
 }
 
@@ -95,16 +95,16 @@ make_backend(const options& opts, std::shared_ptr<local_fabric> fabric,
     return caf::make_error(transport_errc::unsupported,
                            "transport.backend must be auto|verbs|tcp|local, "
                            "not "
-                             + opts.backend);
+                               + opts.backend);
   auto v = make_verbs_backend(opts);
   if (v) {
     say("verbs (auto: RDMA device found)");
     return v;
   }
-  std::string why = v.error().code()
-                        == static_cast<uint8_t>(transport_errc::no_device)
-                      ? "no RDMA device"
-                      : "verbs failed";
+  std::string why =
+      v.error().code() == static_cast<uint8_t>(transport_errc::no_device)
+          ? "no RDMA device"
+          : "verbs failed";
   say("tcp (auto: " + why + ")");
   return make_tcp_backend(opts);
 }

@@ -31,6 +31,7 @@
 #include <caf/expected.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "config/settings.hpp"
 #include "transport/errors.hpp"
 #include "transport/types.hpp"
 
@@ -66,7 +67,11 @@ public:
   local_registration() = default;
   local_registration(backend* owner, void* ptr, uint64_t len, memory_kind kind,
                      remote_region desc)
-    : owner_(owner), ptr_(ptr), len_(len), kind_(kind), desc_(std::move(desc)) {
+      : owner_(owner),
+        ptr_(ptr),
+        len_(len),
+        kind_(kind),
+        desc_(std::move(desc)) {
     // nop
   }
   local_registration(local_registration&& other) noexcept;
@@ -188,19 +193,17 @@ public:
   /// memory_kind::device (verbs only).
   virtual caf::expected<local_registration>
   register_region(void* ptr, uint64_t len, memory_kind kind = memory_kind::host,
-                  int dmabuf_fd = -1)
-    = 0;
+                  int dmabuf_fd = -1) = 0;
 
   /// Connection details this node gives to `peer` (tcp: "host:port"; verbs:
   /// serialized queue-pair info of the queue pairs made for that peer).
-  virtual caf::expected<std::vector<uint8_t>> details_for(const std::string& peer)
-    = 0;
+  virtual caf::expected<std::vector<uint8_t>>
+  details_for(const std::string& peer) = 0;
 
   /// Learns how to reach `peer` from the details it gave us. Connections are
   /// made lazily (tcp) or now (verbs).
   virtual caf::error connect(const std::string& peer,
-                             const std::vector<uint8_t>& details)
-    = 0;
+                             const std::vector<uint8_t>& details) = 0;
 
   /// Queues `b` (all writes to one node); `sink` receives its completion.
   virtual void post(batch b, completion_sink sink) = 0;
@@ -237,15 +240,15 @@ struct options {
   uint32_t weight_control = 99;
   uint32_t weight_kv = 1;
   uint32_t max_pending_batches = 4096; ///< Per peer; more fail queue_full.
-  std::chrono::milliseconds default_deadline{10000};
+  std::chrono::milliseconds default_deadline{5000};
   std::chrono::milliseconds io_timeout{2000}; ///< Handshake/half-open bound.
   // verbs
   std::string verbs_device; ///< Empty = first device.
   uint8_t verbs_port = 1;
-  int verbs_gid_index = 0;
-  uint8_t verbs_sl_control = 1;
-  uint8_t verbs_sl_kv = 0;
-  uint32_t verbs_max_outstanding = 256;
+  int verbs_gid_index = -1; ///< -1: no GID (InfiniBand LID routing).
+  uint8_t verbs_sl_control = 0;
+  uint8_t verbs_sl_kv = 2;
+  uint32_t verbs_max_outstanding = 64;
 };
 
 /// The in-process "network" of local backends (defined in local_backend.cpp);
@@ -279,11 +282,18 @@ struct fault_plan {
 std::unique_ptr<backend> make_fault_backend(std::unique_ptr<backend> inner,
                                             fault_plan plan);
 
+/// Reads the `transport.*` keys of `cfg` (see config/keys_transport.cpp);
+/// `node` names this node. An empty transport.secret becomes a random one
+/// (enough for in-process peers; multi-process runs must share a secret).
+caf::expected<options> options_from(const config::settings& cfg,
+                                    std::string node);
+
 /// Makes the backend `opts.backend` names; `auto` tries verbs, then tcp.
 /// `local` needs a fabric shared by the in-process peers. `chosen` (optional)
 /// receives the reason for the choice.
 caf::expected<std::unique_ptr<backend>>
-make_backend(const options& opts, std::shared_ptr<local_fabric> fabric = nullptr,
+make_backend(const options& opts,
+             std::shared_ptr<local_fabric> fabric = nullptr,
              std::string* chosen = nullptr);
 
 /// Fills a zero deadline with now + opts.default_deadline.

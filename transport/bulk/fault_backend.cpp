@@ -17,7 +17,7 @@ namespace {
 class fault_backend final : public backend {
 public:
   fault_backend(std::unique_ptr<backend> inner, fault_plan plan)
-    : inner_(std::move(inner)), plan_(std::move(plan)) {
+      : inner_(std::move(inner)), plan_(std::move(plan)) {
     timer_ = std::thread{[this] { run(); }};
   }
 
@@ -41,9 +41,9 @@ public:
     return inner_->node();
   }
 
-  caf::expected<local_registration>
-  register_region(void* ptr, uint64_t len, memory_kind kind,
-                  int dmabuf_fd) override {
+  caf::expected<local_registration> register_region(void* ptr, uint64_t len,
+                                                    memory_kind kind,
+                                                    int dmabuf_fd) override {
     // The registration belongs to the inner backend (it deregisters there).
     return inner_->register_region(ptr, len, kind, dmabuf_fd);
   }
@@ -85,8 +85,8 @@ public:
       flipped = static_cast<uint8_t*>(w.source->data()) + w.source_offset;
       *flipped ^= 0xFF;
     }
-    inner_->post(std::move(b), [this, flipped, sink = std::move(sink)](
-                                  completion c) mutable {
+    inner_->post(std::move(b), [this, flipped,
+                                sink = std::move(sink)](completion c) mutable {
       if (flipped)
         *flipped ^= 0xFF; // the caller's buffer is restored; the wire was not
       if (plan_.delay.count() > 0)
@@ -150,9 +150,8 @@ private:
   fault_plan plan_;
   std::mutex mtx_;
   std::condition_variable cv_;
-  std::multimap<clock_type::time_point,
-                std::pair<completion_sink, completion>>
-    due_;
+  std::multimap<clock_type::time_point, std::pair<completion_sink, completion>>
+      due_;
   uint64_t posts_ = 0;
   bool stop_ = false;
   std::thread timer_;

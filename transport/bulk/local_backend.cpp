@@ -42,7 +42,7 @@ namespace {
 class local_backend final : public backend {
 public:
   local_backend(const options& opts, std::shared_ptr<local_fabric> fabric)
-    : opts_(opts), fabric_(std::move(fabric)) {
+      : opts_(opts), fabric_(std::move(fabric)) {
     worker_ = std::thread{[this] { run(); }};
   }
 
@@ -51,8 +51,8 @@ public:
     if (fabric_->nodes.count(opts_.node))
       return caf::make_error(transport_errc::bad_frame,
                              "local fabric already has node " + opts_.node);
-    fabric_->nodes[opts_.node] = local_node{&regions_, &handler_mtx_,
-                                            &handler_};
+    fabric_->nodes[opts_.node] =
+        local_node{&regions_, &handler_mtx_, &handler_};
     return caf::none;
   }
 
@@ -156,8 +156,8 @@ private:
             ++stats_.deadline_exceeded;
         } else {
           ++stats_.batches_completed;
-          stats_.bytes_sent[static_cast<size_t>(item.first.tclass)]
-            += res.bytes;
+          stats_.bytes_sent[static_cast<size_t>(item.first.tclass)] +=
+              res.bytes;
         }
       }
       if (item.second)
@@ -202,8 +202,8 @@ private:
       }
       const auto& d = w.destination;
       region_table::pin pin;
-      auto rc = dst.regions->acquire(d.region_id, d.key, d.offset, d.length,
-                                     pin);
+      auto rc =
+          dst.regions->acquire(d.region_id, d.key, d.offset, d.length, pin);
       if (rc != transport_errc::none) {
         leave();
         return fail(caf::make_error(rc, "local write rejected by " + target));
@@ -217,7 +217,7 @@ private:
       std::lock_guard<std::mutex> guard{*dst.handler_mtx};
       if (*dst.handler)
         (*dst.handler)(incoming_immediate{
-          opts_.node, b.writes.back().destination.region_id, *b.immediate});
+            opts_.node, b.writes.back().destination.region_id, *b.immediate});
     }
     leave();
     return res;

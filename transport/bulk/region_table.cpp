@@ -40,8 +40,8 @@ void region_table::remove(uint32_t id) {
   slots_.erase(id);
 }
 
-transport_errc region_table::acquire(uint32_t id, uint64_t key,
-                                     uint64_t offset, uint64_t len, pin& out) {
+transport_errc region_table::acquire(uint32_t id, uint64_t key, uint64_t offset,
+                                     uint64_t len, pin& out) {
   std::lock_guard<std::mutex> guard{mtx_};
   auto i = slots_.find(id);
   if (i == slots_.end() || i->second.removed)

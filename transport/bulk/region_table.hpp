@@ -28,11 +28,11 @@ public:
   public:
     pin() = default;
     pin(region_table* owner, uint32_t id, entry e)
-      : owner_(owner), id_(id), entry_(e) {
+        : owner_(owner), id_(id), entry_(e) {
       // nop
     }
     pin(pin&& other) noexcept
-      : owner_(other.owner_), id_(other.id_), entry_(other.entry_) {
+        : owner_(other.owner_), id_(other.id_), entry_(other.entry_) {
       other.owner_ = nullptr;
     }
     pin& operator=(pin&& other) noexcept {

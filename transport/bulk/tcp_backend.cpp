@@ -165,8 +165,8 @@ struct slice {
 struct out_conn {
   unique_fd fd;
   bool writable = false;
-  std::deque<slice> queue;       ///< Not yet (fully) written.
-  std::deque<slice> inflight;    ///< Written, awaiting an ack (in order).
+  std::deque<slice> queue;    ///< Not yet (fully) written.
+  std::deque<slice> inflight; ///< Written, awaiting an ack (in order).
   std::array<uint8_t, sizeof(wire::ack)> ack_buf{};
   size_t ack_have = 0;
   uint64_t next_seq = 1;
@@ -287,7 +287,7 @@ public:
     if (::inet_pton(AF_INET, opts_.listen_host.c_str(), &addr.sin_addr) != 1)
       return caf::make_error(transport_errc::bad_frame,
                              "transport.listen_host is not an IPv4 address: "
-                               + opts_.listen_host);
+                                 + opts_.listen_host);
     if (::bind(listen_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr))
         != 0)
       return sys_error("bind");
@@ -364,7 +364,7 @@ public:
     auto i = peer_index_.find(peer);
     if (i == peer_index_.end()) {
       peers_.push_back(
-        std::make_unique<peer_state>(opts_.weight_control, opts_.weight_kv));
+          std::make_unique<peer_state>(opts_.weight_control, opts_.weight_kv));
       i = peer_index_.emplace(peer, peers_.size() - 1).first;
     }
     auto& p = *peers_[i->second];
@@ -390,21 +390,20 @@ public:
       return fail_now(std::move(err));
     // Frames never exceed the receiver's bound: large writes are sliced.
     const auto slice_len = std::max<uint64_t>(
-      std::min(opts_.slice_kib << 10, opts_.max_frame_mib << 20), 1);
+        std::min(opts_.slice_kib << 10, opts_.max_frame_mib << 20), 1);
     std::unique_lock<std::mutex> guard{mtx_};
     auto i = peer_index_.find(b.writes.front().destination.node);
     if (i == peer_index_.end()) {
       guard.unlock();
-      return fail_now(caf::make_error(transport_errc::peer_lost,
-                                      "unknown peer "
-                                        + b.writes.front().destination.node));
+      return fail_now(
+          caf::make_error(transport_errc::peer_lost,
+                          "unknown peer " + b.writes.front().destination.node));
     }
     auto& p = *peers_[i->second];
     if (p.pending >= opts_.max_pending_batches) {
       guard.unlock();
       return fail_now(caf::make_error(transport_errc::queue_full,
-                                      "too many pending batches to "
-                                        + p.name));
+                                      "too many pending batches to " + p.name));
     }
     auto st = std::make_shared<batch_state>();
     st->tag = b.tag;
@@ -416,8 +415,8 @@ public:
     auto& conn = p.conns[static_cast<size_t>(b.tclass)];
     for (size_t wi = 0; wi < b.writes.size(); ++wi) {
       const auto& w = b.writes[wi];
-      auto src = static_cast<const uint8_t*>(w.source->data())
-                 + w.source_offset;
+      auto src =
+          static_cast<const uint8_t*>(w.source->data()) + w.source_offset;
       uint64_t off = 0;
       do {
         auto n = std::min(slice_len, w.destination.length - off);
@@ -426,8 +425,8 @@ public:
         s.src = src + off;
         s.hdr = wire::make_header(w.destination.region_id, w.destination.key,
                                   w.destination.offset + off, n, b.tclass);
-        bool last = wi + 1 == b.writes.size()
-                    && off + n == w.destination.length;
+        bool last =
+            wi + 1 == b.writes.size() && off + n == w.destination.length;
         if (last && b.immediate)
           wire::set_immediate(s.hdr, *b.immediate);
         s.hdr.seq = conn.next_seq++;
@@ -562,7 +561,7 @@ private:
         != 0)
       return caf::make_error(transport_errc::peer_lost,
                              "connect to " + host + ":" + std::to_string(port)
-                               + ": " + std::strerror(errno));
+                                 + ": " + std::strerror(errno));
     wire::challenge ch{};
     if (!read_all(fd.get(), &ch, sizeof(ch)) || ch.magic != wire::auth_magic)
       return caf::make_error(transport_errc::peer_lost,
@@ -613,8 +612,8 @@ private:
         if (!fd) {
           auto code = static_cast<transport_errc>(fd.error().code());
           auto why = fd.error().context().empty()
-                       ? std::string{"connect failed"}
-                       : fd.error().context().get_as<std::string>(0);
+                         ? std::string{"connect failed"}
+                         : fd.error().context().get_as<std::string>(0);
           fail_conn(p2, conn2, code, why);
           continue;
         }
@@ -754,7 +753,7 @@ private:
       if (!b.done && now >= b.deadline) {
         finish(b, caf::make_error(transport_errc::deadline_exceeded,
                                   "batch " + std::to_string(b.tag)
-                                    + " missed its deadline"));
+                                      + " missed its deadline"));
         // A partly written slice of this batch reads memory the caller may
         // now free: close that connection (it reconnects on next use).
         auto& p = *peers_[b.peer];
@@ -925,8 +924,8 @@ void rx_loop::run() {
 
 void rx_loop::accept_all() {
   for (;;) {
-    int fd = ::accept4(listen_fd_, nullptr, nullptr,
-                       SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd =
+        ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0)
       return;
     owner_->count(&counters::connections_accepted);
@@ -1045,8 +1044,8 @@ bool rx_loop::handle_header(in_conn& c) {
     return false;
   }
   c.done = 0;
-  c.verdict = owner_->regions().acquire(h.region_id, h.key, h.offset, h.length,
-                                        c.pin);
+  c.verdict =
+      owner_->regions().acquire(h.region_id, h.key, h.offset, h.length, c.pin);
   switch (c.verdict) {
     case transport_errc::none:
       break;
@@ -1060,8 +1059,8 @@ bool rx_loop::handle_header(in_conn& c) {
       owner_->count(&counters::rejected_out_of_bounds);
       break;
   }
-  c.st = c.verdict == transport_errc::none ? in_state::payload
-                                           : in_state::discard;
+  c.st =
+      c.verdict == transport_errc::none ? in_state::payload : in_state::discard;
   if (h.length == 0)
     finish_frame(c);
   return true;
@@ -1075,7 +1074,7 @@ void rx_loop::finish_frame(in_conn& c) {
     owner_->count(&counters::bytes_received, c.hdr.length);
     if (c.hdr.flags & wire::flag_immediate)
       owner_->signal_immediate(
-        incoming_immediate{c.peer, region, c.hdr.immediate});
+          incoming_immediate{c.peer, region, c.hdr.immediate});
   }
   wire::ack a{};
   a.magic = wire::ack_magic;

@@ -25,8 +25,8 @@
 //
 // Every ibv_* call goes through `vcall`/`vptr`, which keep the call's name and
 // errno in the returned error.
-#include <infiniband/verbs.h>
 #include <arpa/inet.h>
+#include <infiniband/verbs.h>
 #include <poll.h>
 
 #include <algorithm>
@@ -51,7 +51,7 @@ namespace {
 caf::error verbs_error(const char* call, int err) {
   return caf::make_error(transport_errc::system_error,
                          std::string{call} + ": " + std::strerror(err) + " ("
-                           + std::to_string(err) + ")");
+                             + std::to_string(err) + ")");
 }
 
 /// Checks an int-returning ibv_* call (0 = success, else an errno value).
@@ -113,7 +113,7 @@ using cq_ptr = std::unique_ptr<ibv_cq, cq_deleter>;
 using mr_ptr = std::unique_ptr<ibv_mr, mr_deleter>;
 using qp_ptr = std::unique_ptr<ibv_qp, qp_deleter>;
 
-constexpr uint32_t recv_depth = 64;   // receives posted for WRITE_WITH_IMM
+constexpr uint32_t recv_depth = 64; // receives posted for WRITE_WITH_IMM
 constexpr uint64_t max_wr_bytes = 1u << 30;
 constexpr uint8_t details_version = 1;
 
@@ -212,9 +212,9 @@ public:
     {
       std::lock_guard<std::mutex> guard{mtx_};
       for (auto& [id, pb] : batches_)
-        done.emplace_back(std::move(pb.sink),
-                          failed(pb, transport_errc::peer_lost,
-                                 "verbs backend shut down"));
+        done.emplace_back(
+            std::move(pb.sink),
+            failed(pb, transport_errc::peer_lost, "verbs backend shut down"));
       batches_.clear();
       peers_.clear(); // destroys queue pairs before the CQ and PD
       mrs_.clear();
@@ -229,10 +229,10 @@ public:
     errno = 0;
     device_list_ptr list{ibv_get_device_list(&n)};
     if (!list || n == 0)
-      return caf::make_error(transport_errc::no_device,
-                             std::string{"ibv_get_device_list: no RDMA device ("}
-                               + std::strerror(errno != 0 ? errno : ENODEV)
-                               + ")");
+      return caf::make_error(
+          transport_errc::no_device,
+          std::string{"ibv_get_device_list: no RDMA device ("}
+              + std::strerror(errno != 0 ? errno : ENODEV) + ")");
     ibv_device* dev = nullptr;
     for (int i = 0; i < n; ++i)
       if (opts_.verbs_device.empty()
@@ -254,18 +254,20 @@ public:
     if (port_.state != IBV_PORT_ACTIVE)
       return caf::make_error(transport_errc::no_device,
                              device_name_ + " port "
-                               + std::to_string(opts_.verbs_port)
-                               + " is not active");
-    if (auto err = vcall("ibv_query_gid",
-                         ibv_query_gid(ctx_.get(), opts_.verbs_port,
-                                       opts_.verbs_gid_index, &gid_)))
-      return err;
+                                 + std::to_string(opts_.verbs_port)
+                                 + " is not active");
+    // RoCE (or routed InfiniBand) addresses by GID; plain InfiniBand by LID.
+    if (opts_.verbs_gid_index >= 0)
+      if (auto err = vcall("ibv_query_gid",
+                           ibv_query_gid(ctx_.get(), opts_.verbs_port,
+                                         opts_.verbs_gid_index, &gid_)))
+        return err;
     auto pd = vptr("ibv_alloc_pd", ibv_alloc_pd(ctx_.get()));
     if (!pd)
       return pd.error();
     pd_.reset(*pd);
-    auto ch = vptr("ibv_create_comp_channel",
-                   ibv_create_comp_channel(ctx_.get()));
+    auto ch =
+        vptr("ibv_create_comp_channel", ibv_create_comp_channel(ctx_.get()));
     if (!ch)
       return ch.error();
     channel_.reset(*ch);
@@ -293,9 +295,9 @@ public:
     return opts_.node;
   }
 
-  caf::expected<local_registration>
-  register_region(void* ptr, uint64_t len, memory_kind kind,
-                  int dmabuf_fd) override {
+  caf::expected<local_registration> register_region(void* ptr, uint64_t len,
+                                                    memory_kind kind,
+                                                    int dmabuf_fd) override {
     if (ptr == nullptr || len == 0)
       return caf::make_error(transport_errc::out_of_bounds, "empty region");
     const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
@@ -392,19 +394,19 @@ public:
     auto i = peers_.find(b.writes.front().destination.node);
     if (i == peers_.end()) {
       guard.unlock();
-      return complete_now(std::move(sink), b,
-                          caf::make_error(transport_errc::peer_lost,
-                                          "not connected to "
-                                            + b.writes.front()
-                                                .destination.node));
+      return complete_now(
+          std::move(sink), b,
+          caf::make_error(transport_errc::peer_lost,
+                          "not connected to "
+                              + b.writes.front().destination.node));
     }
     auto& q = i->second.qps[static_cast<size_t>(b.tclass)];
     if (!q.ready || q.broken) {
       guard.unlock();
-      return complete_now(std::move(sink), b,
-                          caf::make_error(transport_errc::peer_lost,
-                                          "queue pair to " + i->first
-                                            + " is not connected"));
+      return complete_now(
+          std::move(sink), b,
+          caf::make_error(transport_errc::peer_lost,
+                          "queue pair to " + i->first + " is not connected"));
     }
     auto id = next_batch_++;
     auto& pb = batches_[id];
@@ -521,11 +523,11 @@ private:
       attr.port_num = opts_.verbs_port;
       attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ
                              | IBV_ACCESS_LOCAL_WRITE;
-      if (auto err = vcall("ibv_modify_qp(INIT)",
-                           ibv_modify_qp(q.qp.get(), &attr,
-                                         IBV_QP_STATE | IBV_QP_PKEY_INDEX
-                                           | IBV_QP_PORT
-                                           | IBV_QP_ACCESS_FLAGS))) {
+      if (auto err =
+              vcall("ibv_modify_qp(INIT)",
+                    ibv_modify_qp(q.qp.get(), &attr,
+                                  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT
+                                      | IBV_QP_ACCESS_FLAGS))) {
         peers_.erase(peer);
         return err;
       }
@@ -551,8 +553,8 @@ private:
   caf::error to_rtr(queue_pair& q, const qp_info& remote, size_t tclass) {
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_RTR;
-    attr.path_mtu = static_cast<ibv_mtu>(
-      std::min<int>(port_.active_mtu, remote.mtu));
+    attr.path_mtu =
+        static_cast<ibv_mtu>(std::min<int>(port_.active_mtu, remote.mtu));
     attr.dest_qp_num = remote.qpn[tclass];
     attr.rq_psn = remote.psn[tclass];
     attr.max_dest_rd_atomic = 1;
@@ -565,22 +567,22 @@ private:
     bool has_gid = false;
     for (auto x : remote.gid)
       has_gid = has_gid || x != 0;
-    if (has_gid) {
+    if (has_gid && opts_.verbs_gid_index >= 0) {
       // RoCE (and routed IB) needs the GRH; its traffic class carries the
       // priority as DSCP (service level * 8, shifted past the ECN bits).
       attr.ah_attr.is_global = 1;
       std::memcpy(attr.ah_attr.grh.dgid.raw, remote.gid, 16);
       attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(opts_.verbs_gid_index);
       attr.ah_attr.grh.hop_limit = 1;
-      attr.ah_attr.grh.traffic_class = static_cast<uint8_t>(
-        (attr.ah_attr.sl * 8) << 2);
+      attr.ah_attr.grh.traffic_class =
+          static_cast<uint8_t>((attr.ah_attr.sl * 8) << 2);
     }
     return vcall("ibv_modify_qp(RTR)",
                  ibv_modify_qp(q.qp.get(), &attr,
                                IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU
-                                 | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN
-                                 | IBV_QP_MAX_DEST_RD_ATOMIC
-                                 | IBV_QP_MIN_RNR_TIMER));
+                                   | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN
+                                   | IBV_QP_MAX_DEST_RD_ATOMIC
+                                   | IBV_QP_MIN_RNR_TIMER));
   }
 
   caf::error to_rts(queue_pair& q) {
@@ -593,9 +595,9 @@ private:
     attr.max_rd_atomic = 1;
     return vcall("ibv_modify_qp(RTS)",
                  ibv_modify_qp(q.qp.get(), &attr,
-                               IBV_QP_STATE | IBV_QP_TIMEOUT
-                                 | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY
-                                 | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC));
+                               IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT
+                                   | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN
+                                   | IBV_QP_MAX_QP_RD_ATOMIC));
   }
 
   void to_error(queue_pair& q) {
@@ -636,8 +638,8 @@ private:
           ibv_send_wr wr{};
           wr.wr_id = pb.id;
           wr.opcode = IBV_WR_RDMA_WRITE;
-          wr.wr.rdma.remote_addr = w.destination.base + w.destination.offset
-                                   + off;
+          wr.wr.rdma.remote_addr =
+              w.destination.base + w.destination.offset + off;
           wr.wr.rdma.rkey = static_cast<uint32_t>(w.destination.key);
           wrs.push_back(wr);
           off += n;
@@ -733,16 +735,15 @@ private:
       done.emplace_back(std::move(pb.sink),
                         completion{pb.b.tag, pb.bytes, 0, caf::none});
     } else {
-      auto code = wc.status == IBV_WC_WR_FLUSH_ERR
-                      || wc.status == IBV_WC_RETRY_EXC_ERR
-                    ? transport_errc::peer_lost
-                    : wc.status == IBV_WC_REM_ACCESS_ERR
-                        ? transport_errc::wrong_key
-                        : transport_errc::system_error;
+      auto code =
+          wc.status == IBV_WC_WR_FLUSH_ERR || wc.status == IBV_WC_RETRY_EXC_ERR
+              ? transport_errc::peer_lost
+          : wc.status == IBV_WC_REM_ACCESS_ERR ? transport_errc::wrong_key
+                                               : transport_errc::system_error;
       done.emplace_back(std::move(pb.sink),
                         failed(pb, code,
                                std::string{"work completion: "}
-                                 + ibv_wc_status_str(wc.status)));
+                                   + ibv_wc_status_str(wc.status)));
       if (q)
         to_error(*q); // an RC queue pair in error stays in error
     }
@@ -775,9 +776,9 @@ private:
           if (pb.posted)
             to_error(q);
           else
-            q.waiting.erase(std::remove(q.waiting.begin(), q.waiting.end(),
-                                        pb.id),
-                            q.waiting.end());
+            q.waiting.erase(
+                std::remove(q.waiting.begin(), q.waiting.end(), pb.id),
+                q.waiting.end());
         }
         i = batches_.erase(i);
       }
@@ -793,8 +794,8 @@ private:
         void* ev_ctx = nullptr;
         if (ibv_get_cq_event(channel_.get(), &ev_cq, &ev_ctx) == 0) {
           ibv_ack_cq_events(ev_cq, 1);
-          static_cast<void>(vcall("ibv_req_notify_cq",
-                                  ibv_req_notify_cq(cq_.get(), 0)));
+          static_cast<void>(
+              vcall("ibv_req_notify_cq", ibv_req_notify_cq(cq_.get(), 0)));
         }
       }
       while (drain_once() > 0) {
@@ -829,7 +830,8 @@ private:
 
 } // namespace
 
-caf::expected<std::unique_ptr<backend>> make_verbs_backend(const options& opts) {
+caf::expected<std::unique_ptr<backend>>
+make_verbs_backend(const options& opts) {
   auto ptr = std::make_unique<verbs_backend>(opts);
   if (auto err = ptr->open())
     return err;

@@ -18,8 +18,8 @@ namespace dualpath::transport::bulk {
 class wrr_arbiter {
 public:
   wrr_arbiter(uint32_t weight_control, uint32_t weight_kv)
-    : weights_{weight_control == 0 ? 1 : weight_control,
-               weight_kv == 0 ? 1 : weight_kv} {
+      : weights_{weight_control == 0 ? 1 : weight_control,
+                 weight_kv == 0 ? 1 : weight_kv} {
     // nop
   }
 

@@ -143,3 +143,25 @@ TEST_CASE("the factory picks by name and falls back from verbs to tcp") {
   REQUIRE(!t);
   CHECK(code_of(t.error()) == transport_errc::unauthenticated);
 }
+
+TEST_CASE("options come from the transport.* configuration keys") {
+  dualpath::config::settings cfg;
+  auto o = options_from(cfg, "n1");
+  REQUIRE(o);
+  CHECK(o->node == "n1");
+  CHECK(o->backend == "auto");
+  CHECK(o->weight_control == 99);
+  CHECK(o->weight_kv == 1);
+  CHECK(o->slice_kib == 1024);
+  CHECK(!o->secret.empty()); // generated when unset
+  CHECK(o->listen_host == "127.0.0.1");
+  CHECK(o->listen_port == 0);
+  REQUIRE(!cfg.set_text("transport.tcp_listen", "127.0.0.1:7001",
+                        dualpath::config::value_source::override_value, "t"));
+  REQUIRE(!cfg.set_text("transport.weight_kv", "3",
+                        dualpath::config::value_source::override_value, "t"));
+  o = options_from(cfg, "n1");
+  REQUIRE(o);
+  CHECK(o->listen_port == 7001);
+  CHECK(o->weight_kv == 3);
+}

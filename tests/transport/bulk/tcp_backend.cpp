@@ -13,13 +13,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <future>
 #include <mutex>
 #include <random>
 #include <sstream>
-#include <algorithm>
 #include <thread>
 
 #include "transport/bulk/backend.hpp"
@@ -34,7 +34,8 @@ namespace {
 constexpr uint8_t canary = 0xA5;
 constexpr size_t guard = 4096;
 
-options opts_for(const std::string& node, const std::string& secret = "s3cr3t") {
+options opts_for(const std::string& node,
+                 const std::string& secret = "s3cr3t") {
   options o;
   o.backend = "tcp";
   o.node = node;
@@ -182,8 +183,7 @@ TEST_CASE("tcp writes are byte-exact at many sizes and offsets") {
   std::mt19937 rng{7};
   size_t total = 0;
   for (size_t len : {size_t{1}, size_t{7}, size_t{4096}, size_t{65537},
-                     size_t{1 << 20}, size_t{(1 << 20) + 3},
-                     size_t{5 << 20}}) {
+                     size_t{1 << 20}, size_t{(1 << 20) + 3}, size_t{5 << 20}}) {
     for (int rep = 0; rep < 3; ++rep) {
       auto src_off = rng() % (region_len - len + 1);
       auto dst_off = rng() % (region_len - len + 1);
@@ -219,7 +219,7 @@ TEST_CASE("a batch completes once with the sum of its writes and its "
   b.immediate = 0xBEEF;
   for (uint64_t i = 0; i < 16; ++i)
     b.writes.push_back(write_request{
-      &*src, i * 4096, *reg->describe().subrange((15 - i) * 4096, 4096)});
+        &*src, i * 4096, *reg->describe().subrange((15 - i) * 4096, 4096)});
   waiter w;
   f.a->post(std::move(b), w.sink());
   auto c = w.get();
@@ -227,8 +227,8 @@ TEST_CASE("a batch completes once with the sum of its writes and its "
   CHECK(c.tag == 42);
   CHECK(c.bytes == 16 * 4096);
   for (uint64_t i = 0; i < 16; ++i)
-    CHECK(std::memcmp(dst.data() + (15 - i) * 4096,
-                      src_bytes.data() + i * 4096, 4096)
+    CHECK(std::memcmp(dst.data() + (15 - i) * 4096, src_bytes.data() + i * 4096,
+                      4096)
           == 0);
   auto fut = imm.get_future();
   REQUIRE(fut.wait_for(2s) == std::future_status::ready);
@@ -315,7 +315,7 @@ TEST_CASE("garbage, oversized frames and failed authentication from raw "
     wire::challenge ch{};
     REQUIRE(::recv(fd, &ch, sizeof(ch), MSG_WAITALL) == sizeof(ch));
     std::vector<uint8_t> junk(sizeof(wire::hello), 0x42);
-    REQUIRE(::send(fd, junk.data(), junk.size(), 0) == (ssize_t) junk.size());
+    REQUIRE(::send(fd, junk.data(), junk.size(), 0) == (ssize_t)junk.size());
     CHECK(closed_by_peer(fd));
     ::close(fd);
     CHECK(eventually([&] { return b->stats().rejected_unauthenticated == 1; }));
@@ -331,7 +331,7 @@ TEST_CASE("garbage, oversized frames and failed authentication from raw "
     int fd = connect_raw(*b);
     REQUIRE(raw_auth(fd, "s3cr3t"));
     std::vector<uint8_t> junk(sizeof(wire::frame_header), 0x17);
-    REQUIRE(::send(fd, junk.data(), junk.size(), 0) == (ssize_t) junk.size());
+    REQUIRE(::send(fd, junk.data(), junk.size(), 0) == (ssize_t)junk.size());
     CHECK(closed_by_peer(fd));
     ::close(fd);
     CHECK(eventually([&] { return b->stats().rejected_bad_frame == 1; }));
@@ -393,8 +393,8 @@ TEST_CASE("half-open connections are dropped after the io timeout") {
     int fd = connect_raw(*b);
     REQUIRE(raw_auth(fd, "s3cr3t"));
     auto d = reg->describe();
-    auto h = wire::make_header(d.region_id, d.key, 0, 8192,
-                               traffic_class::control);
+    auto h =
+        wire::make_header(d.region_id, d.key, 0, 8192, traffic_class::control);
     REQUIRE(::send(fd, &h, sizeof(h), 0) == sizeof(h));
     std::vector<uint8_t> part(100, 7);
     REQUIRE(::send(fd, part.data(), part.size(), 0) == 100);
@@ -588,8 +588,8 @@ TEST_CASE("weighted round robin holds the class shares within 5% under "
     INFO("weights " << weights.first << ":" << weights.second
                     << " contended control=" << c << " kv=" << k);
     REQUIRE(c + k > 8.0 * (1 << 20)); // real contention happened
-    double want = static_cast<double>(weights.first)
-                  / (weights.first + weights.second);
+    double want =
+        static_cast<double>(weights.first) / (weights.first + weights.second);
     CHECK(std::abs(c / (c + k) - want) <= 0.05 * want);
   }
 }

@@ -23,12 +23,11 @@ std::unique_ptr<backend> open_or_skip(const std::string& node) {
     o.verbs_device = dev;
   auto b = make_verbs_backend(o);
   if (!b)
-    dualpath::test::skip_suite("transport.bulk.verbs_backend",
-                               "verbs backend unavailable ("
-                                 + to_string(static_cast<transport_errc>(
-                                   b.error().code()))
-                                 + "): "
-                                 + b.error().context().get_as<std::string>(0));
+    dualpath::test::skip_suite(
+        "transport.bulk.verbs_backend",
+        "verbs backend unavailable ("
+            + to_string(static_cast<transport_errc>(b.error().code()))
+            + "): " + b.error().context().get_as<std::string>(0));
   return std::move(*b);
 }
 
@@ -65,7 +64,8 @@ TEST_CASE("verbs writes land byte-exact and signal immediates") {
   REQUIRE(rs);
   REQUIRE(rd);
   std::promise<uint32_t> imm;
-  p.b->on_immediate([&](const incoming_immediate& x) { imm.set_value(x.value); });
+  p.b->on_immediate(
+      [&](const incoming_immediate& x) { imm.set_value(x.value); });
   batch x;
   x.tclass = traffic_class::control;
   x.immediate = 1234;

@@ -19,6 +19,11 @@ using decode_engine_actor = caf::typed_actor<
     caf::reacts_to<layer_atom, layer_ready>,
     // Where the decode-side hit blocks of a request are (after admit).
     caf::replies_to<load_atom, uint64_t>::with<read_completion>,
+    // DE read path: write DE-side hit tokens of one layer into a prefill
+    // engine's region; replies when the write is complete.
+    caf::replies_to<push_atom, layer_push>::with<layer_ready>,
+    // The prefill engine's summary of a request (sent before its last layer).
+    caf::reacts_to<prefilled_atom, prefill_summary>,
     // The engine's current seq_e / tok_e / read queue / free HBM.
     caf::replies_to<status_atom>::with<engine_load>>;
 

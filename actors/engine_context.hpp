@@ -112,11 +112,15 @@ struct engine_config {
   double gpu_flops = 0;
   /// HBM bytes (nominal) this engine may use for KV.
   uint64_t hbm_bytes = 0;
+  /// HBM bandwidth of one GPU in bytes/s (decode steps are bound by the
+  /// slower of compute and HBM traffic); 0 = compute-bound decode model.
+  double hbm_bandwidth = 0;
   /// DRAM buffer bytes (nominal) for decode buffers (decode engines).
   uint64_t dram_buffer_bytes = 0;
   /// Leader only: how often the group leader fetches work (ns).
   int64_t fetch_period_ns = 10'000'000;
-  /// Members of this engine's group (filled for the leader, rank 0).
+  /// The other members of this engine's group in rank order 1..n-1 (filled
+  /// for the leader, rank 0, only; the leader itself is not listed).
   std::vector<caf::actor> group_members;
   /// Where results and fetches go.
   caf::actor scheduler;

@@ -12,8 +12,9 @@ namespace dualpath::actors {
 using layer_streamer_actor = caf::typed_actor<
     // Stream a batch; replies with per-layer timings once every layer is done.
     caf::replies_to<stream_atom, stream_plan>::with<stream_report>,
-    // The prefill engine finished computing a layer: its GPU memory may be
-    // released and the next layer admitted to the window.
+    // A decode engine wrote layer `layer` of a request's DE-side hit blocks
+    // into the streamer's staging region (DE read path). The streamer also
+    // receives this as the reply to its push requests.
     caf::reacts_to<layer_atom, layer_ready>>;
 
 } // namespace dualpath::actors

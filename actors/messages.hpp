@@ -129,6 +129,11 @@ struct request_result {
   uint32_t verify_failures = 0;   ///< Blocks whose bytes did not match.
   uint32_t recomputed_blocks = 0; ///< Hit blocks turned into misses by errors.
   uint32_t reroutes = 0;          ///< Times the request was re-queued.
+  /// Compute-network bytes (nominal) by direction: prefill -> decode (layer
+  /// KV after each layer) and decode -> prefill (DE-side hit Layer Blocks).
+  uint64_t bytes_pe_to_de = 0;
+  uint64_t bytes_de_to_pe = 0;
+  uint32_t blocks_persisted = 0; ///< Full Blocks persisted after decode.
 };
 
 template <class Inspector>
@@ -136,7 +141,8 @@ typename Inspector::result_type inspect(Inspector& f, request_result& x) {
   return f(caf::meta::type_name("request_result"), x.id, x.prefill, x.decode,
            x.ttft_ns, x.ttst_ns, x.tpot_ns, x.done_ns, x.bytes_read_pe,
            x.bytes_read_de, x.bytes_compute_net, x.blocks_verified,
-           x.verify_failures, x.recomputed_blocks, x.reroutes);
+           x.verify_failures, x.recomputed_blocks, x.reroutes,
+           x.bytes_pe_to_de, x.bytes_de_to_pe, x.blocks_persisted);
 }
 
 // -- load reports -------------------------------------------------------------
@@ -280,15 +286,30 @@ typename Inspector::result_type inspect(Inspector& f, layer_timing& x) {
 /// decode engine's buffer that receives the layer KV after each layer.
 struct stream_item {
   uint64_t request_id = 0;
+  /// PE-side hit blocks (leases of this node's reader), blocks
+  /// [0, pe_side_blocks).
   std::vector<buffer_lease> hits;
   uint32_t miss_tokens = 0;
   remote_region destination;
+  /// Prompt tokens (hit + miss).
+  uint32_t tokens = 0;
+  /// Leading Full Blocks whose KV is loaded, not computed (after read errors).
+  uint32_t hit_blocks = 0;
+  /// How many of them come from this node (the rest: pushed by the decode
+  /// engine from its buffer, DE read path).
+  uint32_t pe_side_blocks = 0;
+  /// The decode engine receiving the KV (a decode_engine_actor).
+  caf::actor decode_actor;
+  /// Hash of every block of the prompt, a trailing partial block included
+  /// (see actors/kv_layout.hpp); the KV of miss tokens is computed from these.
+  std::vector<block_hash> hashes;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, stream_item& x) {
   return f(caf::meta::type_name("stream_item"), x.request_id, x.hits,
-           x.miss_tokens, x.destination);
+           x.miss_tokens, x.destination, x.tokens, x.hit_blocks,
+           x.pe_side_blocks, x.decode_actor, x.hashes);
 }
 
 /// A batch to stream layer by layer with at most `window` layers resident.
@@ -339,11 +360,51 @@ struct layer_ready {
   uint64_t request_id = 0;
   uint32_t layer = 0;
   uint64_t bytes = 0;
+  /// Emulated time (ns since start) at which the sender's links finished
+  /// moving the bytes (0 = no bytes moved).
+  int64_t done_ns = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, layer_ready& x) {
-  return f(caf::meta::type_name("layer_ready"), x.request_id, x.layer, x.bytes);
+  return f(caf::meta::type_name("layer_ready"), x.request_id, x.layer, x.bytes,
+           x.done_ns);
+}
+
+/// A prefill engine asks a decode engine to write `tokens` tokens of layer
+/// `layer` of a request's slot, from token `first_token` on (its DE-side hit
+/// blocks), into `destination` (the prefill engine's GPU staging region): one
+/// one-sided write over the bulk transport. Replied with a layer_ready once
+/// the write completed.
+struct layer_push {
+  uint64_t request_id = 0;
+  uint32_t layer = 0;
+  uint32_t first_token = 0;
+  uint32_t tokens = 0;
+  remote_region destination;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, layer_push& x) {
+  return f(caf::meta::type_name("layer_push"), x.request_id, x.layer,
+           x.first_token, x.tokens, x.destination);
+}
+
+/// A prefill engine's summary of a request it prefilled, sent to the decode
+/// engine before the last layer_ready: the hit blocks it actually used (read
+/// errors shrink them), how many planned hits were recomputed and the storage
+/// bytes (nominal) read on the prefill side.
+struct prefill_summary {
+  uint64_t request_id = 0;
+  uint32_t hit_blocks = 0;
+  uint32_t recomputed_blocks = 0;
+  uint64_t bytes_read_pe = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prefill_summary& x) {
+  return f(caf::meta::type_name("prefill_summary"), x.request_id, x.hit_blocks,
+           x.recomputed_blocks, x.bytes_read_pe);
 }
 
 // -- bulk transport endpoint

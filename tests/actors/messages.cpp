@@ -83,9 +83,9 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
   check(work_batch{{assignment{request(), engine(40), engine(50), {}, {}, {}}}},
         {"9001", "\"eng40\""});
   check(request_result{101, engine(1), engine(2), 103, 104, 105, 106, 107, 108,
-                       109, 110, 111, 112, 113},
+                       109, 110, 111, 112, 113, 114, 115, 116},
         {"101", "\"eng1\"", "\"eng2\"", "103", "104", "105", "106", "107",
-         "108", "109", "110", "111", "112", "113"});
+         "108", "109", "110", "111", "112", "113", "114", "115", "116"});
   check(engine_load{engine(3), 121, 122, 123, 124, 125},
         {"\"eng3\"", "121", "122", "123", "124", "125"});
   check(group_report{131,
@@ -105,15 +105,26 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
   check(layer_timing{201, 202, 203, 204, 205, 206},
         {"201", "202", "203", "204", "205", "206"});
   check(
-      stream_item{
-          211, {buffer_lease{212, 213, 214, region(215)}}, 216, region(217)},
-      {"211", "212", "\"node215\"", "216", "\"node217\""});
+      stream_item{211,
+                  {buffer_lease{212, 213, 214, region(215)}},
+                  216,
+                  region(217),
+                  218,
+                  219,
+                  220,
+                  {},
+                  {2201}},
+      {"211", "212", "\"node215\"", "216", "\"node217\"", "218", "219", "220",
+       "2201"});
   check(stream_plan{221, 222, 223, {stream_item{224, {}, 225, region(226)}}},
         {"221", "222", "223", "224", "225", "\"node226\""});
   check(stream_report{231, {layer_timing{232, 233, 234, 235, 236, 237}}, 238},
         {"231", "232", "237", "238"});
   check(decode_slot{241, region(242)}, {"241", "\"node242\""});
-  check(layer_ready{251, 252, 253}, {"251", "252", "253"});
+  check(layer_ready{251, 252, 253, 254}, {"251", "252", "253", "254"});
+  check(layer_push{255, 256, 257, 258, region(259)},
+        {"255", "256", "257", "258", "\"node259\""});
+  check(prefill_summary{361, 362, 363, 364}, {"361", "362", "363", "364"});
   check(endpoint_info{"n261", "tcp", "127.0.0.1:262", {26, 3}},
         {"\"n261\"", "\"tcp\"", "127.0.0.1:262", "26", "3"});
   check(write_op{271, 272, region(273)}, {"271", "272", "\"node273\""});

@@ -129,6 +129,10 @@ TEST_CASE_FIXTURE(fixture, "decode engine interface over the middleman") {
         [](load_atom, uint64_t id) {
           return read_completion{id, {}, {}};
         },
+        [](push_atom, const layer_push& p) {
+          return layer_ready{p.request_id, p.layer, p.tokens, 0};
+        },
+        [](prefilled_atom, const prefill_summary&) {},
         [](status_atom) { return engine_load{}; },
     };
   }));

@@ -1,0 +1,51 @@
+#include "actors/engine_timing.hpp"
+
+namespace dualpath::actors {
+
+uint64_t nominal_of_real(uint64_t real, const model_shape& m) {
+  if (m.real_bytes_per_token_layer == 0)
+    return real;
+  return real / m.real_bytes_per_token_layer * m.nominal_bytes_per_token_layer;
+}
+
+gpu::model_shape compute_shape(const engine_config& cfg) {
+  gpu::model_shape m;
+  m.name = "engine";
+  m.layers = cfg.model.layers;
+  m.active_params = cfg.model.active_params;
+  m.attention_heads = cfg.model.attn_heads;
+  m.qk_head_dim = cfg.model.attn_qk_dim;
+  m.v_head_dim = cfg.model.attn_v_dim;
+  m.kv_bytes_per_token_layer = cfg.model.nominal_bytes_per_token_layer;
+  return m;
+}
+
+gpu::gpu_rate compute_rate(const engine_config& cfg) {
+  gpu::gpu_rate g;
+  g.name = "engine";
+  g.tflops = cfg.gpu_flops / 1e12;
+  g.hbm_tbps = cfg.hbm_bandwidth / 1e12;
+  return g;
+}
+
+double prefill_layer_seconds(const engine_config& cfg,
+                             const std::vector<gpu::sequence_shape>& batch) {
+  if (cfg.gpu_flops <= 0 || cfg.model.layers == 0)
+    return 0;
+  return gpu::prefill_layer_seconds(compute_shape(cfg), compute_rate(cfg),
+                                    batch);
+}
+
+double decode_tpot_seconds(const engine_config& cfg, uint64_t context) {
+  if (cfg.gpu_flops <= 0 || cfg.model.layers == 0)
+    return 0;
+  auto m = compute_shape(cfg);
+  auto g = compute_rate(cfg);
+  if (cfg.hbm_bandwidth > 0)
+    return gpu::decode_step_time(m, g, {context}).tpot_s;
+  // Compute-bound: one new token attending to the context, every layer.
+  return m.layers
+         * gpu::prefill_layer_seconds(m, g, {gpu::sequence_shape{context, 1}});
+}
+
+} // namespace dualpath::actors

@@ -1,0 +1,56 @@
+// Small timing helpers shared by the engine actors: emulated "now" from an
+// actor's clock, conversions between emulated time points and nanoseconds
+// since the emulation start, nominal byte counts of real ones, and the
+// compute model (gpu/compute_model.hpp) evaluated for an engine's config.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "actors/emulation.hpp"
+#include "actors/engine_context.hpp"
+#include "gpu/compute_model.hpp"
+
+namespace dualpath::actors {
+
+/// The emulated time now, read from the actor's clock.
+template <class Self>
+emulated_time::time_point emulated_now(Self* self, const emulated_time& t) {
+  return t.to_emulated(self->clock().now());
+}
+
+inline int64_t to_ns(emulated_time::duration d) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+/// Emulated ns since the start -> emulated time point.
+inline emulated_time::time_point from_ns(const emulated_time& t, int64_t ns) {
+  return t.start()
+         + std::chrono::duration_cast<emulated_time::duration>(
+             std::chrono::nanoseconds(ns));
+}
+
+/// Emulated ns since the start of an emulated time point.
+inline int64_t since_start(const emulated_time& t,
+                           emulated_time::time_point tp) {
+  return to_ns(tp - t.start());
+}
+
+/// The nominal bytes `real` real bytes of KV stand for (whole tokens).
+uint64_t nominal_of_real(uint64_t real, const model_shape& m);
+
+/// The compute model's view of the engine's model and GPU.
+gpu::model_shape compute_shape(const engine_config& cfg);
+gpu::gpu_rate compute_rate(const engine_config& cfg);
+
+/// Seconds one prefill layer of `batch` takes (0 without a GPU rate).
+double prefill_layer_seconds(const engine_config& cfg,
+                             const std::vector<gpu::sequence_shape>& batch);
+
+/// Seconds per output token of one sequence with `context` tokens present.
+double decode_tpot_seconds(const engine_config& cfg, uint64_t context);
+
+} // namespace dualpath::actors

@@ -16,7 +16,9 @@
 //  - every request is returned exactly once in `assigned`, and later exactly
 //    once in some `placed` (of this fetch or of a later place()).
 // place contract: places pending requests of one decode group while its head
-// fits; never over a DE's free HBM.
+// fits; never over a DE's free HBM. A request needing more HBM than any DE of
+// its group can ever free would wait forever: the actor rejects such requests
+// at submission (compare decode_hbm_bytes() with the DEs' HBM capacity).
 //
 // Thread-safety: a policy object is used by one owner at a time (the
 // round-robin policy keeps cursors). Ownership: policies hold only config and

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -46,6 +47,8 @@ inline bool fork_receiver(uint64_t len, const std::string& secret,
     transport::bulk::options o;
     o.node = "receiver";
     o.secret = secret;
+    if (auto nice = std::getenv("DUALPATH_KV_RX_NICE"))
+      o.kv_rx_nice = std::atoi(nice);
     auto be = transport::bulk::make_tcp_backend(o);
     if (!be)
       _exit(1);

@@ -7,6 +7,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$root/build-bench}
-cmake --build "$BUILD_DIR" --target bench_qos >&2
-bin=$(find "$BUILD_DIR" -name bench_qos -type f -perm -u+x | head -1)
+# BENCH_QOS_BIN: use an already built bench_qos instead.
+bin=${BENCH_QOS_BIN:-}
+if [ -z "$bin" ]; then
+  cmake --build "$BUILD_DIR" --target bench_qos >&2
+  bin=$(find "$BUILD_DIR" -name bench_qos -type f -perm -u+x | head -1)
+fi
 exec "$bin" "$@"

@@ -11,7 +11,9 @@
 // Output: one line per workload:
 //   <name> size=<bytes> median_gbps=X min_gbps=Y max_gbps=Z
 // (GB/s = 1e9 bytes/s), and for local also memcpy_gbps and ratio.
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -112,6 +114,8 @@ int main(int argc, char** argv) {
     options o;
     o.node = "sender";
     o.secret = secret;
+    if (auto nice = std::getenv("DUALPATH_KV_RX_NICE"))
+      o.kv_rx_nice = std::atoi(nice);
     auto be = make_tcp_backend(o);
     if (!be) {
       std::fprintf(stderr, "bench_transport: %s\n",
@@ -127,10 +131,12 @@ int main(int argc, char** argv) {
     for (auto& w : tcp_workloads) {
       if (!only.empty() && only != w.name)
         continue;
-      tcp_run(**be, *reg, rx.region, w.size, 0.3, 4); // warm-up
+      // Keep about 16 MiB in flight (at least 4 batches), like a stream.
+      int window = static_cast<int>(std::max<uint64_t>(4, (16 << 20) / w.size));
+      tcp_run(**be, *reg, rx.region, w.size, 0.3, window); // warm-up
       std::vector<double> xs;
       for (int r = 0; r < runs; ++r)
-        xs.push_back(tcp_run(**be, *reg, rx.region, w.size, seconds, 4));
+        xs.push_back(tcp_run(**be, *reg, rx.region, w.size, seconds, window));
       print(w.name, w.size, bench::summarize(xs));
     }
   }

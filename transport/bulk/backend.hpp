@@ -237,6 +237,9 @@ struct options {
   std::string secret;       ///< Shared secret for the HMAC handshake.
   uint64_t max_frame_mib = 64;
   uint64_t slice_kib = 1024;
+  /// CPU niceness of the tcp kv receive thread (control's stays at 0), so a
+  /// busy host serves control frames first; 0 disables.
+  int kv_rx_nice = 10;
   uint32_t weight_control = 99;
   uint32_t weight_kv = 1;
   uint32_t max_pending_batches = 4096; ///< Per peer; more fail queue_full.

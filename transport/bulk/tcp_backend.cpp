@@ -736,7 +736,10 @@ private:
       if (!any)
         return;
       auto c = p.arbiter.pick(eligible);
-      auto n = write_some(p, p.conns[c], quantum);
+      // Small grants only while both classes contend (so control bytes are
+      // interleaved finely); a lone class writes its whole slice at once.
+      auto n = write_some(p, p.conns[c],
+                          eligible[0] && eligible[1] ? quantum : SIZE_MAX);
       p.arbiter.charge(c, n);
       budget -= std::min(budget, n);
       std::lock_guard<std::mutex> guard{stats_mtx_};
@@ -882,7 +885,8 @@ void rx_loop::run() {
   if (tc_ == traffic_class::kv) {
     // Bulk receive work yields the CPU to control traffic (the host analogue
     // of a low-priority virtual lane).
-    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)),
+                  owner_->opts().kv_rx_nice);
   }
   std::array<epoll_event, 64> events;
   while (!stop_) {

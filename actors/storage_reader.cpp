@@ -27,8 +27,8 @@ namespace {
 
 // The reader's full interface: the public one plus the completion message
 // its I/O workers (and its delayed pacing messages) send to it.
-using reader_impl
-  = storage_reader_actor::extend<caf::reacts_to<done_atom, uint64_t>>;
+using reader_impl =
+    storage_reader_actor::extend<caf::reacts_to<done_atom, uint64_t>>;
 
 // Worker threads running disk I/O off the actor's thread. Joined on
 // destruction after the queued work ran (the actor's state owns it).
@@ -85,12 +85,12 @@ private:
 // (the mailbox orders the accesses).
 struct io_job {
   enum kind_t { read, write } kind = read;
-  uint64_t request = 0;        // pending_read id (reads)
-  size_t index = 0;            // block position in the request (reads)
+  uint64_t request = 0; // pending_read id (reads)
+  size_t index = 0;     // block position in the request (reads)
   block_hash hash = 0;
-  uint32_t slot = 0;           // pool slot (reads)
+  uint32_t slot = 0;                       // pool slot (reads)
   caf::actor_clock::time_point ready_at{}; // pacing: not before this
-  bool io_done = false;        // set by the actor on the first done message
+  bool io_done = false; // set by the actor on the first done message
   caf::error err;
   caf::typed_response_promise<block_hash> write_promise; // (writes)
 };
@@ -220,13 +220,13 @@ void complete_read(self_ptr self, io_job& job) {
     lease.hash = job.hash;
     lease.block_index = p.req.first_block + static_cast<uint32_t>(job.index);
     auto& pool = *st.cfg.pool;
-    lease.region = remote_region{
-      st.cfg.node,
-      st.cfg.region_id,
-      st.cfg.region_key,
-      reinterpret_cast<uint64_t>(pool.base()),
-      pool.offset_of(job.slot) + transport::storage::header_bytes,
-      bytes};
+    lease.region = remote_region{st.cfg.node,
+                                 st.cfg.region_id,
+                                 st.cfg.region_key,
+                                 reinterpret_cast<uint64_t>(pool.base()),
+                                 pool.offset_of(job.slot)
+                                     + transport::storage::header_bytes,
+                                 bytes};
     st.leases.emplace(lease.lease_id, job.slot);
     p.leases[job.index] = std::move(lease);
     if (counters) {
@@ -250,7 +250,7 @@ caf::expected<const std::byte*> resolve_source(reader_state& st,
     return static_cast<const std::byte*>(pool.base() + r.offset);
   return caf::make_error(storage_errc::invalid_argument,
                          "cannot resolve region " + std::to_string(r.region_id)
-                           + " of node " + r.node);
+                             + " of node " + r.node);
 }
 
 reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
@@ -261,123 +261,123 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
   if (st.cfg.max_inflight == 0)
     st.cfg.max_inflight = 1;
   return {
-    [self](read_atom, read_request& req) -> caf::result<read_completion> {
-      auto& st = self->state;
-      if (req.blocks.size() > st.cfg.pool->slots())
-        return caf::make_error(storage_errc::over_budget,
-                               std::to_string(req.blocks.size())
-                                 + " blocks exceed a pool of "
-                                 + std::to_string(st.cfg.pool->slots()));
-      if (req.blocks.empty()) {
-        read_completion done;
-        done.request_id = req.request_id;
-        return done;
-      }
-      auto rp = self->make_response_promise<read_completion>();
-      auto id = st.next_id++;
-      pending_read p;
-      p.leases.resize(req.blocks.size());
-      st.queue.tokens += req.tokens;
-      st.queue.bytes += payload_bytes(st) * req.blocks.size();
-      st.queue.requests += 1;
-      p.req = std::move(req);
-      p.promise = rp;
-      st.reads.emplace(id, std::move(p));
-      st.fifo.push_back(id);
-      pump(self);
-      return rp;
-    },
-    [self](release_atom, uint64_t lease_id) {
-      auto& st = self->state;
-      auto i = st.leases.find(lease_id);
-      if (i == st.leases.end())
-        return; // released twice or unknown: nothing to free
-      st.cfg.pool->release(i->second);
-      st.leases.erase(i);
-      pump(self);
-    },
-    [self](persist_atom, persist_request& req) -> caf::result<block_hash> {
-      auto& st = self->state;
-      auto store = st.cfg.store;
-      auto& geo = store->geometry();
-      const std::byte* src = nullptr;
-      if (req.source.length != 0) {
-        if (req.source.length != geo.payload_bytes())
-          return caf::make_error(storage_errc::invalid_argument,
-                                 "persist source of "
-                                   + std::to_string(req.source.length)
-                                   + " bytes, block payload is "
-                                   + std::to_string(geo.payload_bytes()));
-        auto r = resolve_source(st, req.source);
-        if (!r)
-          return std::move(r.error());
-        src = *r;
-      }
-      auto job = std::make_shared<io_job>();
-      job->kind = io_job::write;
-      job->hash = req.hash;
-      job->ready_at = paced(st, geo.payload_bytes(), self->clock().now());
-      job->write_promise = self->make_response_promise<block_hash>();
-      auto id = st.next_id++;
-      st.jobs.emplace(id, job);
-      auto parent = req.parent;
-      dispatch(self, id, [job, store, src, parent] {
+      [self](read_atom, read_request& req) -> caf::result<read_completion> {
+        auto& st = self->state;
+        if (req.blocks.size() > st.cfg.pool->slots())
+          return caf::make_error(storage_errc::over_budget,
+                                 std::to_string(req.blocks.size())
+                                     + " blocks exceed a pool of "
+                                     + std::to_string(st.cfg.pool->slots()));
+        if (req.blocks.empty()) {
+          read_completion done;
+          done.request_id = req.request_id;
+          return done;
+        }
+        auto rp = self->make_response_promise<read_completion>();
+        auto id = st.next_id++;
+        pending_read p;
+        p.leases.resize(req.blocks.size());
+        st.queue.tokens += req.tokens;
+        st.queue.bytes += payload_bytes(st) * req.blocks.size();
+        st.queue.requests += 1;
+        p.req = std::move(req);
+        p.promise = rp;
+        st.reads.emplace(id, std::move(p));
+        st.fifo.push_back(id);
+        pump(self);
+        return rp;
+      },
+      [self](release_atom, uint64_t lease_id) {
+        auto& st = self->state;
+        auto i = st.leases.find(lease_id);
+        if (i == st.leases.end())
+          return; // released twice or unknown: nothing to free
+        st.cfg.pool->release(i->second);
+        st.leases.erase(i);
+        pump(self);
+      },
+      [self](persist_atom, persist_request& req) -> caf::result<block_hash> {
+        auto& st = self->state;
+        auto store = st.cfg.store;
         auto& geo = store->geometry();
-        auto model = store->config().model_id;
-        auto buf = transport::storage::aligned_buffer::make(geo.file_bytes());
-        if (!buf) {
-          job->err = std::move(buf.error());
+        const std::byte* src = nullptr;
+        if (req.source.length != 0) {
+          if (req.source.length != geo.payload_bytes())
+            return caf::make_error(storage_errc::invalid_argument,
+                                   "persist source of "
+                                       + std::to_string(req.source.length)
+                                       + " bytes, block payload is "
+                                       + std::to_string(geo.payload_bytes()));
+          auto r = resolve_source(st, req.source);
+          if (!r)
+            return std::move(r.error());
+          src = *r;
+        }
+        auto job = std::make_shared<io_job>();
+        job->kind = io_job::write;
+        job->hash = req.hash;
+        job->ready_at = paced(st, geo.payload_bytes(), self->clock().now());
+        job->write_promise = self->make_response_promise<block_hash>();
+        auto id = st.next_id++;
+        st.jobs.emplace(id, job);
+        auto parent = req.parent;
+        dispatch(self, id, [job, store, src, parent] {
+          auto& geo = store->geometry();
+          auto model = store->config().model_id;
+          auto buf = transport::storage::aligned_buffer::make(geo.file_bytes());
+          if (!buf) {
+            job->err = std::move(buf.error());
+            return;
+          }
+          if (src) {
+            std::memcpy(buf->data() + transport::storage::header_bytes, src,
+                        geo.payload_bytes());
+            job->err = transport::storage::seal_block(geo, model, job->hash,
+                                                      parent, buf->data());
+          } else {
+            // No source bytes: the deterministic KV content of this block
+            // (what a decode engine computes for it in this emulation).
+            job->err = transport::storage::make_block(geo, model, job->hash,
+                                                      parent, buf->data());
+          }
+          if (!job->err)
+            job->err = store->write(job->hash, parent, buf->data());
+        });
+        return job->write_promise;
+      },
+      [self](queue_atom) { return self->state.queue; },
+      [self](done_atom, uint64_t id) {
+        auto& st = self->state;
+        auto i = st.jobs.find(id);
+        if (i == st.jobs.end())
+          return;
+        auto job = i->second;
+        auto now = self->clock().now();
+        if (now < job->ready_at) {
+          // The disk was faster than the emulated NIC: complete at the paced
+          // time.
+          self->delayed_send(self, job->ready_at - now, done_atom_v, id);
           return;
         }
-        if (src) {
-          std::memcpy(buf->data() + transport::storage::header_bytes, src,
-                      geo.payload_bytes());
-          job->err = transport::storage::seal_block(geo, model, job->hash,
-                                                    parent, buf->data());
-        } else {
-          // No source bytes: the deterministic KV content of this block
-          // (what a decode engine computes for it in this emulation).
-          job->err = transport::storage::make_block(geo, model, job->hash,
-                                                    parent, buf->data());
+        st.jobs.erase(i);
+        if (job->kind == io_job::read) {
+          complete_read(self, *job);
+          pump(self);
+          return;
         }
-        if (!job->err)
-          job->err = store->write(job->hash, parent, buf->data());
-      });
-      return job->write_promise;
-    },
-    [self](queue_atom) { return self->state.queue; },
-    [self](done_atom, uint64_t id) {
-      auto& st = self->state;
-      auto i = st.jobs.find(id);
-      if (i == st.jobs.end())
-        return;
-      auto job = i->second;
-      auto now = self->clock().now();
-      if (now < job->ready_at) {
-        // The disk was faster than the emulated NIC: complete at the paced
-        // time.
-        self->delayed_send(self, job->ready_at - now, done_atom_v, id);
-        return;
-      }
-      st.jobs.erase(i);
-      if (job->kind == io_job::read) {
-        complete_read(self, *job);
-        pump(self);
-        return;
-      }
-      auto& counters = st.cfg.counters;
-      if (job->err) {
-        if (counters)
-          ++counters->writes_failed;
-        job->write_promise.deliver(std::move(job->err));
-        return;
-      }
-      if (counters) {
-        ++counters->blocks_written;
-        counters->bytes_written += payload_bytes(st);
-      }
-      job->write_promise.deliver(job->hash);
-    },
+        auto& counters = st.cfg.counters;
+        if (job->err) {
+          if (counters)
+            ++counters->writes_failed;
+          job->write_promise.deliver(std::move(job->err));
+          return;
+        }
+        if (counters) {
+          ++counters->blocks_written;
+          counters->bytes_written += payload_bytes(st);
+        }
+        job->write_promise.deliver(job->hash);
+      },
   };
 }
 
@@ -396,12 +396,11 @@ spawn_storage_reader(caf::actor_system& sys, storage_reader_config cfg) {
     return caf::make_error(storage_errc::invalid_argument,
                            "storage reader needs a store and a buffer pool");
   if (cfg.pool->slot_bytes() < cfg.store->geometry().file_bytes())
-    return caf::make_error(storage_errc::invalid_argument,
-                           "buffer pool slots of "
-                             + std::to_string(cfg.pool->slot_bytes())
-                             + " bytes cannot hold block files of "
-                             + std::to_string(
-                               cfg.store->geometry().file_bytes()));
+    return caf::make_error(
+        storage_errc::invalid_argument,
+        "buffer pool slots of " + std::to_string(cfg.pool->slot_bytes())
+            + " bytes cannot hold block files of "
+            + std::to_string(cfg.store->geometry().file_bytes()));
   auto impl = sys.spawn(reader, std::move(cfg));
   return caf::actor_cast<storage_reader_actor>(impl);
 }

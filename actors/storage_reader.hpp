@@ -65,17 +65,17 @@ struct storage_reader_config {
 
   /// Maps a region (the source of a persist_request) to its bytes in this
   /// process, or fails. Region bytes must stay valid until the reply.
-  using resolve_fn
-    = std::function<caf::expected<const std::byte*>(const remote_region&)>;
+  using resolve_fn =
+      std::function<caf::expected<const std::byte*>(const remote_region&)>;
 
-  std::string node;         ///< Node name in lease descriptors.
-  uint32_t region_id = 0;   ///< The pool's registration id at the node.
-  uint64_t region_key = 0;  ///< The pool registration's access key.
+  std::string node;        ///< Node name in lease descriptors.
+  uint32_t region_id = 0;  ///< The pool's registration id at the node.
+  uint64_t region_key = 0; ///< The pool registration's access key.
   std::shared_ptr<transport::storage::block_store> store;
   std::shared_ptr<transport::storage::buffer_pool> pool;
-  pace_fn pace;             ///< Empty: unpaced.
-  resolve_fn resolve;       ///< Empty: only regions of the own pool resolve.
-  uint32_t io_threads = 1;  ///< 0 = inline I/O (deterministic tests only).
+  pace_fn pace;              ///< Empty: unpaced.
+  resolve_fn resolve;        ///< Empty: only regions of the own pool resolve.
+  uint32_t io_threads = 1;   ///< 0 = inline I/O (deterministic tests only).
   uint32_t max_inflight = 8; ///< Blocks read at once (disk queue depth).
   std::shared_ptr<storage_reader_counters> counters; ///< Optional.
 };

@@ -8,8 +8,8 @@
 //   bench_storage read DIR NAME MODE QD BYTES
 //                                        read whole block files of workload
 //                                        NAME round-robin, QD in flight, MODE
-//                                        direct|buffered, until BYTES were read;
-//                                        prints "GBps=<x>" (1e9 bytes/s)
+//                                        direct|buffered, until BYTES were
+//                                        read; prints "GBps=<x>" (1e9 bytes/s)
 //   bench_storage verify DIR NAME        checksum-verification throughput of
 //                                        one core over the workload's blocks
 //
@@ -40,10 +40,10 @@ struct workload {
 };
 
 const workload workloads[] = {
-  // DeepSeek-V3/660B-like MLA KV: 61 layers x 656 B per token (~2.5 MiB).
-  {"ds660b", kv_geometry{61, 64, 656}, 48},
-  // Qwen-32B-like GQA KV: 64 layers x 4096 B per token (16 MiB).
-  {"qwen32b", kv_geometry{64, 64, 4096}, 16},
+    // DeepSeek-V3/660B-like MLA KV: 61 layers x 656 B per token (~2.5 MiB).
+    {"ds660b", kv_geometry{61, 64, 656}, 48},
+    // Qwen-32B-like GQA KV: 64 layers x 4096 B per token (16 MiB).
+    {"qwen32b", kv_geometry{64, 64, 4096}, 16},
 };
 
 const workload* find(const std::string& name) {
@@ -67,9 +67,8 @@ std::unique_ptr<block_store> open(const std::string& dir, const workload& w,
     std::fprintf(stderr, "backend: %s\n", to_string(backend.error()).c_str());
     std::exit(1);
   }
-  auto store = block_store::open(store_config{dir + "/" + w.name, w.name,
-                                              w.geo, mode},
-                                 *backend);
+  auto store = block_store::open(
+      store_config{dir + "/" + w.name, w.name, w.geo, mode}, *backend);
   if (!store) {
     std::fprintf(stderr, "store: %s\n", to_string(store.error()).c_str());
     std::exit(1);
@@ -118,9 +117,9 @@ int read_bench(const std::string& dir, const workload& w, io_mode mode,
                           bufs[i % qd].data(), file});
   auto t0 = std::chrono::steady_clock::now();
   auto res = store->backend().read(ops, mode);
-  auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
-                                            - t0)
-                .count();
+  auto secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   uint64_t done = 0;
   for (auto& r : res) {
     if (!r) {
@@ -152,9 +151,9 @@ int verify_bench(const std::string& dir, const workload& w) {
         return 1;
       bytes += w.geo.layer_bytes();
     }
-  auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now()
-                                            - t0)
-                .count();
+  auto secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
   std::printf("verify GBps=%.4f\n", bytes / secs / 1e9);
   return 0;
 }
@@ -177,10 +176,9 @@ int main(int argc, char** argv) {
     auto w = find(args[2]);
     if (!w || (args[3] != "direct" && args[3] != "buffered"))
       return usage();
-    return read_bench(args[1], *w,
-                      args[3] == "direct" ? io_mode::direct : io_mode::buffered,
-                      static_cast<uint32_t>(std::stoul(args[4])),
-                      std::stoull(args[5]));
+    return read_bench(
+        args[1], *w, args[3] == "direct" ? io_mode::direct : io_mode::buffered,
+        static_cast<uint32_t>(std::stoul(args[4])), std::stoull(args[5]));
   }
   if (args.size() == 3 && args[0] == "verify") {
     auto w = find(args[2]);

@@ -21,8 +21,7 @@ link_pacer::time_point link_pacer::reserve(uint64_t bytes, time_point now) {
   // Nanoseconds = bytes * 1e9 / rate, computed in 128 bits (a 16 GiB
   // reservation times 1e9 overflows 64 bits) with the remainder carried to
   // the next reservation so that many small transfers add up exactly.
-  u128 num = static_cast<u128>(bytes) * 1000000000u
-                          + carry_;
+  u128 num = static_cast<u128>(bytes) * 1000000000u + carry_;
   auto ns = static_cast<uint64_t>(num / rate_);
   carry_ = static_cast<uint64_t>(num % rate_);
   next_free_ = start + std::chrono::nanoseconds{ns};

@@ -61,8 +61,7 @@ struct env {
   }
 
   read_request request(uint64_t id, size_t prompt, size_t first, size_t n) {
-    auto hashes = block_hashes(prompts[prompt],
-                               store->geometry().block_tokens);
+    auto hashes = block_hashes(prompts[prompt], store->geometry().block_tokens);
     read_request r;
     r.request_id = id;
     r.first_block = static_cast<uint32_t>(first);
@@ -113,14 +112,14 @@ TEST_CASE("reads lease byte-exact blocks and list failed ones as misses") {
   // Block 3's file is corrupt on disk (layer 1).
   fault_plan plan;
   plan.path_filter = e.store->path_of(req.blocks[3]);
-  plan.corrupt_offset
-    = static_cast<int64_t>(e.store->geometry().layer_offset(1) + 3);
+  plan.corrupt_offset =
+      static_cast<int64_t>(e.store->geometry().layer_offset(1) + 3);
   e.faulty->set_plan(plan);
   caf::scoped_actor self{sys};
   read_completion done;
   self->request(*reader, caf::infinite, read_atom_v, req)
-    .receive([&](read_completion& c) { done = std::move(c); },
-             [&](caf::error& err) { FAIL(sys.render(err)); });
+      .receive([&](read_completion& c) { done = std::move(c); },
+               [&](caf::error& err) { FAIL(sys.render(err)); });
   CHECK_EQ(done.request_id, 1u);
   REQUIRE_EQ(done.leases.size(), 2u);
   CHECK(done.failed == std::vector<block_hash>{0xbadbad, req.blocks[3]});
@@ -141,8 +140,8 @@ TEST_CASE("reads lease byte-exact blocks and list failed ones as misses") {
   self->send(*reader, release_atom_v, done.leases[0].lease_id); // twice: no-op
   read_queue_status q;
   self->request(*reader, caf::infinite, queue_atom_v)
-    .receive([&](read_queue_status& s) { q = s; },
-             [&](caf::error& err) { FAIL(sys.render(err)); });
+      .receive([&](read_queue_status& s) { q = s; },
+               [&](caf::error& err) { FAIL(sys.render(err)); });
   CHECK_EQ(q.requests, 0u);
   CHECK_EQ(pool->in_use(), 0u);
   // Every read in flight holds a slot; failed ones give it back at once.
@@ -168,12 +167,13 @@ TEST_CASE("the buffer budget holds while the queue is longer than it") {
   std::vector<read_completion> done;
   auto receive_one = [&](milliseconds timeout) {
     bool got = false;
-    self->receive([&](read_completion& c) {
-      done.push_back(std::move(c));
-      got = true;
-    },
-                  [&](caf::error& err) { FAIL(sys.render(err)); },
-                  caf::after(timeout) >> [] {});
+    self->receive(
+        [&](read_completion& c) {
+          done.push_back(std::move(c));
+          got = true;
+        },
+        [&](caf::error& err) { FAIL(sys.render(err)); },
+        caf::after(timeout) >> [] {});
     return got;
   };
   REQUIRE(receive_one(seconds{5}));
@@ -184,8 +184,8 @@ TEST_CASE("the buffer budget holds while the queue is longer than it") {
   CHECK_LE(pool->high_water(), 4u);
   read_queue_status q;
   self->request(*reader, caf::infinite, queue_atom_v)
-    .receive([&](read_queue_status& s) { q = s; },
-             [&](caf::error& err) { FAIL(sys.render(err)); });
+      .receive([&](read_queue_status& s) { q = s; },
+               [&](caf::error& err) { FAIL(sys.render(err)); });
   CHECK_EQ(q.requests, 3u);
   CHECK_EQ(q.tokens, 3u * 16u);
   CHECK_EQ(q.bytes, 3u * 2u * e.store->geometry().payload_bytes());
@@ -198,8 +198,7 @@ TEST_CASE("the buffer budget holds while the queue is longer than it") {
     REQUIRE(receive_one(seconds{5}));
     CHECK_EQ(done.back().request_id, k + 2);
     CHECK_EQ(done.back().leases.size(), 2u);
-    CHECK(lease_is_exact(done.back().leases[0], *pool,
-                         e.store->geometry()));
+    CHECK(lease_is_exact(done.back().leases[0], *pool, e.store->geometry()));
     CHECK_LE(pool->in_use(), 4u);
   }
   CHECK_EQ(pool->high_water(), 4u);
@@ -208,10 +207,10 @@ TEST_CASE("the buffer budget holds while the queue is longer than it") {
   read_request big = e.request(10, 0, 0, 4);
   big.blocks.push_back(0x5555);
   self->request(*reader, caf::infinite, read_atom_v, big)
-    .receive([&](read_completion&) { FAIL("expected over_budget"); },
-             [&](caf::error& err) {
-               CHECK(has_code(err, storage_errc::over_budget));
-             });
+      .receive([&](read_completion&) { FAIL("expected over_budget"); },
+               [&](caf::error& err) {
+                 CHECK(has_code(err, storage_errc::over_budget));
+               });
 }
 
 TEST_CASE("persistence writes blocks, from a region or generated") {
@@ -236,8 +235,8 @@ TEST_CASE("persistence writes blocks, from a region or generated") {
   pr.parent = 0;
   pr.tokens = geo.block_tokens;
   self->request(*reader, caf::infinite, persist_atom_v, pr)
-    .receive([&](block_hash h) { CHECK_EQ(h, 0x1234u); },
-             [&](caf::error& err) { FAIL(sys.render(err)); });
+      .receive([&](block_hash h) { CHECK_EQ(h, 0x1234u); },
+               [&](caf::error& err) { FAIL(sys.render(err)); });
   CHECK(e.store->contains(0x1234));
   auto buf = aligned_buffer::make(geo.file_bytes());
   REQUIRE(buf);
@@ -247,14 +246,14 @@ TEST_CASE("persistence writes blocks, from a region or generated") {
   // From a region: the bytes of a leased block, persisted under a new hash.
   read_completion rd;
   self->request(*reader, caf::infinite, read_atom_v, e.request(1, 0, 0, 1))
-    .receive([&](read_completion& c) { rd = std::move(c); },
-             [&](caf::error& err) { FAIL(sys.render(err)); });
+      .receive([&](read_completion& c) { rd = std::move(c); },
+               [&](caf::error& err) { FAIL(sys.render(err)); });
   REQUIRE_EQ(rd.leases.size(), 1u);
   pr.hash = 0x9999;
   pr.source = rd.leases[0].region;
   self->request(*reader, caf::infinite, persist_atom_v, pr)
-    .receive([&](block_hash h) { CHECK_EQ(h, 0x9999u); },
-             [&](caf::error& err) { FAIL(sys.render(err)); });
+      .receive([&](block_hash h) { CHECK_EQ(h, 0x9999u); },
+               [&](caf::error& err) { FAIL(sys.render(err)); });
   REQUIRE(e.store->read_full(0x9999, buf->data()));
   CHECK(std::equal(buf->data() + header_bytes,
                    buf->data() + header_bytes + geo.payload_bytes(),
@@ -266,10 +265,10 @@ TEST_CASE("persistence writes blocks, from a region or generated") {
   pr.hash = 0x7777;
   pr.source = {};
   self->request(*reader, caf::infinite, persist_atom_v, pr)
-    .receive([&](block_hash) { FAIL("expected disk_full"); },
-             [&](caf::error& err) {
-               CHECK(has_code(err, storage_errc::disk_full));
-             });
+      .receive([&](block_hash) { FAIL("expected disk_full"); },
+               [&](caf::error& err) {
+                 CHECK(has_code(err, storage_errc::disk_full));
+               });
   CHECK_FALSE(e.store->contains(0x7777));
   CHECK_EQ(counters->blocks_written.load(), 2u);
   CHECK_EQ(counters->writes_failed.load(), 1u);
@@ -295,13 +294,13 @@ TEST_CASE("reads are paced to the configured rate in real time") {
   std::vector<steady_clock::time_point> at;
   for (int r = 0; r < 20; ++r) {
     self->receive(
-      [&](read_completion& c) {
-        at.push_back(steady_clock::now());
-        CHECK_EQ(c.leases.size(), 4u);
-        for (auto& l : c.leases)
-          self->send(*reader, release_atom_v, l.lease_id);
-      },
-      [&](caf::error& err) { FAIL(sys.render(err)); });
+        [&](read_completion& c) {
+          at.push_back(steady_clock::now());
+          CHECK_EQ(c.leases.size(), 4u);
+          for (auto& l : c.leases)
+            self->send(*reader, release_atom_v, l.lease_id);
+        },
+        [&](caf::error& err) { FAIL(sys.render(err)); });
   }
   // Bytes completed after the first completion over the time they took.
   auto window = duration<double>(at.back() - at.front()).count();
@@ -318,8 +317,8 @@ TEST_CASE("pacing and persistence follow simulated time") {
   caf::actor_system_config cfg;
   cfg.set("scheduler.policy", caf::atom("testing"));
   caf::actor_system sys{with_types(cfg)};
-  auto& sched = dynamic_cast<caf::scheduler::test_coordinator&>(
-    sys.scheduler());
+  auto& sched =
+      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   storage_reader_config rc;
   rc.node = "n0";
   rc.store = e.store;
@@ -333,11 +332,11 @@ TEST_CASE("pacing and persistence follow simulated time") {
   auto req = e.request(1, 0, 0, 2);
   sys.spawn([&](caf::event_based_actor* client) {
     client->request(*reader, caf::infinite, read_atom_v, req)
-      .then([&](read_completion& c) { got = std::move(c); });
+        .then([&](read_completion& c) { got = std::move(c); });
     persist_request pr;
     pr.hash = 0x4242;
     client->request(*reader, caf::infinite, persist_atom_v, pr)
-      .then([&](block_hash h) { persisted = h; });
+        .then([&](block_hash h) { persisted = h; });
   });
   sched.run();
   CHECK_FALSE(got);

@@ -43,8 +43,8 @@ std::string to_string(backend_kind x) {
 }
 
 bool from_string(std::string_view str, backend_kind& x) {
-  for (auto k : {backend_kind::automatic, backend_kind::io_uring,
-                 backend_kind::pread})
+  for (auto k :
+       {backend_kind::automatic, backend_kind::io_uring, backend_kind::pread})
     if (str == to_string(k)) {
       x = k;
       return true;
@@ -83,7 +83,8 @@ caf::expected<aligned_buffer> aligned_buffer::make(size_t len) {
   return result;
 }
 
-// -- POSIX helpers -------------------------------------------------------------
+// -- POSIX helpers
+// -------------------------------------------------------------
 
 namespace {
 
@@ -112,18 +113,18 @@ caf::error posix_write_atomic(const std::string& path, const std::byte* data,
   // block never share a temporary file.
   auto tmp = path + ".tmp." + std::to_string(::getpid()) + "."
              + std::to_string(tmp_counter++);
-  fd_guard fd{sys_call("open", tmp,
-                       ::open(tmp.c_str(),
-                              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644),
-                       err)};
+  fd_guard fd{sys_call(
+      "open", tmp,
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644),
+      err)};
   if (err)
     return err;
   size_t done = 0;
   while (done < len) {
-    auto n = sys_call("pwrite", tmp,
-                      ::pwrite(fd.fd, data + done, len - done,
-                               static_cast<off_t>(done)),
-                      err);
+    auto n = sys_call(
+        "pwrite", tmp,
+        ::pwrite(fd.fd, data + done, len - done, static_cast<off_t>(done)),
+        err);
     if (err) {
       if (errno == EINTR) {
         err = caf::error{};
@@ -134,8 +135,8 @@ caf::error posix_write_atomic(const std::string& path, const std::byte* data,
     }
     done += static_cast<size_t>(n);
   }
-  if (sync == durability::fsync && sys_call("fsync", tmp, ::fsync(fd.fd), err)
-                                     < 0) {
+  if (sync == durability::fsync
+      && sys_call("fsync", tmp, ::fsync(fd.fd), err) < 0) {
     ::unlink(tmp.c_str());
     return err;
   }
@@ -145,9 +146,9 @@ caf::error posix_write_atomic(const std::string& path, const std::byte* data,
   }
   if (sync == durability::fsync) {
     auto dir = dir_of(path);
-    fd_guard dfd{sys_call("open", dir,
-                          ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC),
-                          err)};
+    fd_guard dfd{
+        sys_call("open", dir,
+                 ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC), err)};
     if (err)
       return err;
     if (sys_call("fsync", dir, ::fsync(dfd.fd), err) < 0)

@@ -73,8 +73,7 @@ public:
   /// returns one result per op (same order). Blocks the calling thread until
   /// all are done; errors of single ops do not affect the others.
   virtual std::vector<read_result> read(const std::vector<read_op>& ops,
-                                        io_mode mode)
-    = 0;
+                                        io_mode mode) = 0;
 
   /// Makes `data` the complete content of `path` atomically: a temporary file
   /// in the same directory is written (and fsynced if asked) and renamed over
@@ -83,8 +82,7 @@ public:
   /// with disk_full.
   virtual caf::error write_atomic(const std::string& path,
                                   const std::byte* data, size_t len,
-                                  durability sync)
-    = 0;
+                                  durability sync) = 0;
 
   /// Names of the entries of directory `dir` (without "." and "..").
   /// Fails with unreadable_directory.

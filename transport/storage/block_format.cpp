@@ -54,7 +54,7 @@ caf::error encode_header(const block_header& hdr, std::byte* dst) {
   if (buf.size() + frame_overhead > header_bytes)
     return caf::make_error(storage_errc::invalid_argument,
                            "block header of " + std::to_string(buf.size())
-                             + " bytes exceeds the header region");
+                               + " bytes exceeds the header region");
   std::memset(dst, 0, header_bytes);
   put_le(dst, buf.size(), 4);
   std::memcpy(dst + 4, buf.data(), buf.size());
@@ -70,8 +70,7 @@ caf::expected<block_header> decode_header(const std::byte* src, size_t len) {
     return caf::make_error(storage_errc::truncated, "header region");
   if (n == 0 || n + frame_overhead > header_bytes)
     return caf::make_error(storage_errc::header_checksum,
-                           "implausible header length "
-                             + std::to_string(n));
+                           "implausible header length " + std::to_string(n));
   auto body = reinterpret_cast<const char*>(src + 4);
   if (XXH64(body, n, 0) != get_le(src + 4 + n, 8))
     return caf::make_error(storage_errc::header_checksum, "header checksum");
@@ -108,7 +107,7 @@ caf::error check_header(const block_header& hdr, const std::string& model_id,
   if (hdr.model_id != model_id)
     return caf::make_error(storage_errc::wrong_model,
                            "block of model '" + hdr.model_id + "', store of '"
-                             + model_id + "'");
+                               + model_id + "'");
   if (hdr.layers != geo.layers || hdr.tokens != geo.block_tokens
       || hdr.bytes_per_token_layer != geo.bytes_per_token_layer)
     return caf::make_error(storage_errc::wrong_model, "KV geometry differs");
@@ -141,7 +140,7 @@ caf::error seal_block(const kv_geometry& geo, const std::string& model_id,
   hdr.bytes_per_token_layer = geo.bytes_per_token_layer;
   for (uint32_t l = 0; l < geo.layers; ++l)
     hdr.layer_checksums.push_back(
-      layer_checksum(file + geo.layer_offset(l), geo.layer_bytes()));
+        layer_checksum(file + geo.layer_offset(l), geo.layer_bytes()));
   auto end = header_bytes + geo.payload_bytes();
   std::memset(file + end, 0, geo.file_bytes() - end);
   return encode_header(hdr, file);

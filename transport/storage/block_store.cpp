@@ -40,7 +40,7 @@ constexpr const char* suffix = ".kv";
 } // namespace
 
 block_store::block_store(store_config cfg, backend_ptr backend)
-  : cfg_(std::move(cfg)), backend_(std::move(backend)) {
+    : cfg_(std::move(cfg)), backend_(std::move(backend)) {
   // nop
 }
 
@@ -56,7 +56,7 @@ block_store::open(store_config cfg, backend_ptr backend) {
     return caf::make_error(storage_errc::unreadable_directory,
                            caf::to_string(err));
   std::unique_ptr<block_store> store{
-    new block_store(std::move(cfg), std::move(backend))};
+      new block_store(std::move(cfg), std::move(backend))};
   if (auto err = store->rebuild())
     return err;
   return store;
@@ -144,8 +144,8 @@ lookup_result block_store::lookup(const std::vector<uint32_t>& tokens) const {
   guard.unlock();
   for (auto h : result.blocks)
     result.paths.push_back(path_of(h));
-  result.hit_tokens = uint64_t{cfg_.geometry.block_tokens}
-                      * result.blocks.size();
+  result.hit_tokens =
+      uint64_t{cfg_.geometry.block_tokens} * result.blocks.size();
   return result;
 }
 
@@ -164,8 +164,8 @@ caf::error block_store::write(block_hash hash, block_hash parent,
   auto path = path_of(hash);
   if (auto err = backend_->make_dir(path.substr(0, path.rfind('/'))))
     return err;
-  if (auto err = backend_->write_atomic(path, file,
-                                        cfg_.geometry.file_bytes(), cfg_.sync))
+  if (auto err = backend_->write_atomic(path, file, cfg_.geometry.file_bytes(),
+                                        cfg_.sync))
     return err;
   insert(hash, parent);
   return caf::none;
@@ -175,8 +175,8 @@ caf::error block_store::write_generated(block_hash hash, block_hash parent) {
   auto buf = aligned_buffer::make(cfg_.geometry.file_bytes());
   if (!buf)
     return std::move(buf.error());
-  if (auto err = make_block(cfg_.geometry, cfg_.model_id, hash, parent,
-                            buf->data()))
+  if (auto err =
+          make_block(cfg_.geometry, cfg_.model_id, hash, parent, buf->data()))
     return err;
   return write(hash, parent, buf->data());
 }
@@ -190,12 +190,10 @@ caf::error block_store::verify_file(block_hash hash, const std::byte* file,
     return err;
   auto& geo = cfg_.geometry;
   if (got < header_bytes + geo.payload_bytes())
-    return caf::make_error(storage_errc::truncated,
-                           path_of(hash) + ": " + std::to_string(got)
-                             + " of "
-                             + std::to_string(header_bytes
-                                              + geo.payload_bytes())
-                             + " bytes");
+    return caf::make_error(
+        storage_errc::truncated,
+        path_of(hash) + ": " + std::to_string(got) + " of "
+            + std::to_string(header_bytes + geo.payload_bytes()) + " bytes");
   for (uint32_t l = 0; l < geo.layers; ++l)
     if (auto err = verify_layer(*hdr, geo, l, file + geo.layer_offset(l)))
       return caf::make_error(storage_errc::layer_checksum,
@@ -230,8 +228,8 @@ block_store::read_full_batch(const std::vector<block_hash>& hashes,
   std::vector<read_op> ops;
   ops.reserve(hashes.size());
   for (size_t i = 0; i < hashes.size(); ++i)
-    ops.push_back(read_op{path_of(hashes[i]), 0, files[i],
-                          cfg_.geometry.file_bytes()});
+    ops.push_back(
+        read_op{path_of(hashes[i]), 0, files[i], cfg_.geometry.file_bytes()});
   auto res = backend_->read(ops, cfg_.mode);
   for (size_t i = 0; i < hashes.size(); ++i) {
     if (!res[i])
@@ -252,8 +250,8 @@ caf::error block_store::read_layer(block_hash hash, uint32_t layer,
   // The range read covers the aligned span around the layer so it also works
   // with O_DIRECT (Layer Blocks need not be 4 KiB multiples).
   auto begin = geo.layer_offset(layer) / io_alignment * io_alignment;
-  auto end = align_up(geo.layer_offset(layer) + geo.layer_bytes(),
-                      io_alignment);
+  auto end =
+      align_up(geo.layer_offset(layer) + geo.layer_bytes(), io_alignment);
   auto hdr_buf = aligned_buffer::make(header_bytes);
   if (!hdr_buf)
     return std::move(hdr_buf.error());
@@ -261,8 +259,8 @@ caf::error block_store::read_layer(block_hash hash, uint32_t layer,
   if (!span)
     return std::move(span.error());
   std::vector<read_op> ops{
-    read_op{path, 0, hdr_buf->data(), header_bytes},
-    read_op{path, begin, span->data(), static_cast<size_t>(end - begin)}};
+      read_op{path, 0, hdr_buf->data(), header_bytes},
+      read_op{path, begin, span->data(), static_cast<size_t>(end - begin)}};
   auto res = backend_->read(ops, cfg_.mode);
   if (!res[0])
     return std::move(res[0].error());

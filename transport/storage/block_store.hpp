@@ -35,7 +35,7 @@ struct store_config {
   std::string directory;
   std::string model_id;
   kv_geometry geometry;
-  io_mode mode = io_mode::buffered;  ///< Reads with O_DIRECT or buffered.
+  io_mode mode = io_mode::buffered;   ///< Reads with O_DIRECT or buffered.
   durability sync = durability::none; ///< fsync each written block.
 };
 

@@ -12,19 +12,18 @@ buffer_pool::make(uint64_t budget_bytes, uint64_t slot_bytes) {
   if (slots == 0)
     return caf::make_error(storage_errc::over_budget,
                            "buffer budget of " + std::to_string(budget_bytes)
-                             + " bytes holds no block of "
-                             + std::to_string(slot_bytes) + " bytes");
+                               + " bytes holds no block of "
+                               + std::to_string(slot_bytes) + " bytes");
   auto mem = aligned_buffer::make(slots * slot_bytes);
   if (!mem)
     return std::move(mem.error());
-  return std::shared_ptr<buffer_pool>{
-    new buffer_pool(std::move(*mem), slot_bytes,
-                    static_cast<uint32_t>(slots))};
+  return std::shared_ptr<buffer_pool>{new buffer_pool(
+      std::move(*mem), slot_bytes, static_cast<uint32_t>(slots))};
 }
 
 buffer_pool::buffer_pool(aligned_buffer mem, uint64_t slot_bytes,
                          uint32_t slots)
-  : mem_(std::move(mem)), slot_bytes_(slot_bytes), slots_(slots) {
+    : mem_(std::move(mem)), slot_bytes_(slot_bytes), slots_(slots) {
   // Hand out low slots first (reverse order on the stack).
   for (uint32_t i = slots; i > 0; --i)
     free_.push_back(i - 1);
@@ -36,8 +35,8 @@ std::optional<uint32_t> buffer_pool::acquire() {
     return std::nullopt;
   auto i = free_.back();
   free_.pop_back();
-  high_water_ = std::max(high_water_, slots_ - static_cast<uint32_t>(
-                                                 free_.size()));
+  high_water_ =
+      std::max(high_water_, slots_ - static_cast<uint32_t>(free_.size()));
   return i;
 }
 

@@ -27,8 +27,8 @@ public:
   /// A pool of floor(budget_bytes / slot_bytes) slots of `slot_bytes` each
   /// (slot_bytes rounded up to io_alignment). Fails with over_budget if not
   /// even one slot fits.
-  static caf::expected<std::shared_ptr<buffer_pool>>
-  make(uint64_t budget_bytes, uint64_t slot_bytes);
+  static caf::expected<std::shared_ptr<buffer_pool>> make(uint64_t budget_bytes,
+                                                          uint64_t slot_bytes);
 
   std::byte* base() const {
     return mem_.data();

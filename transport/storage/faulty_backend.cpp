@@ -8,7 +8,7 @@
 namespace dualpath::transport::storage {
 
 faulty_backend::faulty_backend(backend_ptr inner, fault_plan plan)
-  : inner_(std::move(inner)), plan_(std::move(plan)) {
+    : inner_(std::move(inner)), plan_(std::move(plan)) {
   // nop
 }
 
@@ -61,9 +61,9 @@ std::vector<read_result> faulty_backend::read(const std::vector<read_op>& ops,
       }
       if (p.truncate_at >= 0) {
         auto end = static_cast<uint64_t>(p.truncate_at);
-        op.length = op.offset >= end ? 0
-                                     : std::min<uint64_t>(op.length,
-                                                          end - op.offset);
+        op.length = op.offset >= end
+                        ? 0
+                        : std::min<uint64_t>(op.length, end - op.offset);
       }
     }
     fwd.push_back(op);
@@ -113,8 +113,9 @@ faulty_backend::list(const std::string& dir) {
   if (p.unreadable_directories && matches(p, dir)) {
     ++injected_;
     return caf::make_error(storage_errc::unreadable_directory,
-                           "opendir(" + dir + "): Permission denied "
-                             "(injected)");
+                           "opendir(" + dir
+                               + "): Permission denied "
+                                 "(injected)");
   }
   return inner_->list(dir);
 }

@@ -22,12 +22,12 @@ io_uring_backend::make(uint32_t queue_depth) {
     return caf::make_error(storage_errc::backend_unavailable,
                            caf::to_string(err));
   return std::unique_ptr<io_uring_backend>{
-    new io_uring_backend(std::move(ring), queue_depth)};
+      new io_uring_backend(std::move(ring), queue_depth)};
 }
 
 io_uring_backend::io_uring_backend(std::unique_ptr<io_uring> ring,
                                    uint32_t depth)
-  : ring_(std::move(ring)), depth_(depth) {
+    : ring_(std::move(ring)), depth_(depth) {
   // nop
 }
 
@@ -55,7 +55,7 @@ std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
   std::vector<state> st(ops.size());
   std::lock_guard<std::mutex> guard{mtx_};
   auto* ring = ring_.get();
-  size_t next = 0;     // next op to start
+  size_t next = 0; // next op to start
   uint32_t inflight = 0;
   std::deque<size_t> resubmit; // ops with a short buffered read to continue
   auto finish = [&](size_t i) {

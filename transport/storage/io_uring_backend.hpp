@@ -32,8 +32,7 @@ public:
                                 io_mode mode) override;
   caf::error write_atomic(const std::string& path, const std::byte* data,
                           size_t len, durability sync) override;
-  caf::expected<std::vector<std::string>>
-  list(const std::string& dir) override;
+  caf::expected<std::vector<std::string>> list(const std::string& dir) override;
   caf::error make_dir(const std::string& dir) override;
 
 private:

@@ -41,8 +41,7 @@ void for_each_word(uint64_t seed, size_t bytes, F f) {
 
 } // namespace
 
-block_hash chain_hash(block_hash parent, const uint32_t* tokens,
-                      size_t count) {
+block_hash chain_hash(block_hash parent, const uint32_t* tokens, size_t count) {
   // Token ids are hashed in little-endian order (the host order on every
   // supported platform).
   return XXH64(tokens, count * sizeof(uint32_t), parent);

@@ -45,7 +45,7 @@ read_result read_one(const read_op& op, io_mode mode) {
 
 std::unique_ptr<pread_backend> pread_backend::make(uint32_t queue_depth) {
   return std::unique_ptr<pread_backend>{
-    new pread_backend(queue_depth == 0 ? 1 : queue_depth)};
+      new pread_backend(queue_depth == 0 ? 1 : queue_depth)};
 }
 
 pread_backend::pread_backend(uint32_t depth) : depth_(depth) {

@@ -35,9 +35,8 @@ std::unique_ptr<block_store> open_store(const std::string& dir,
                                         const std::string& model = "m1") {
   auto backend = make_backend(backend_config{kind, 8});
   REQUIRE(backend);
-  auto store = block_store::open(store_config{dir, model, small_geo(), mode,
-                                              durability::none},
-                                 *backend);
+  auto store = block_store::open(
+      store_config{dir, model, small_geo(), mode, durability::none}, *backend);
   REQUIRE(store);
   return std::move(*store);
 }
@@ -129,10 +128,9 @@ TEST_CASE("Full and Layer Blocks write, read and verify on both backends") {
         // The payload is the Full Block: Layer Blocks back to back, each
         // byte-exact.
         for (uint32_t l = 0; l < geo.layers; ++l)
-          CHECK(kv_check_layer(h, l, geo.block_tokens,
-                               geo.bytes_per_token_layer,
-                               buf->data() + header_bytes
-                                 + l * geo.layer_bytes()));
+          CHECK(kv_check_layer(
+              h, l, geo.block_tokens, geo.bytes_per_token_layer,
+              buf->data() + header_bytes + l * geo.layer_bytes()));
         std::vector<std::byte> layer(geo.layer_bytes());
         for (uint32_t l = 0; l < geo.layers; ++l) {
           REQUIRE_FALSE(store->read_layer(h, l, layer.data()));
@@ -151,8 +149,8 @@ TEST_CASE("Full and Layer Blocks write, read and verify on both backends") {
 
 TEST_CASE("lookup returns the longest stored prefix over divergent prompts") {
   dualpath::test::temp_dir dir{"dp-store"};
-  auto store = open_store(dir.path(), backend_kind::automatic,
-                          io_mode::buffered);
+  auto store =
+      open_store(dir.path(), backend_kind::automatic, io_mode::buffered);
   auto a = seq(0, 40); // 5 blocks
   auto b = a;
   b[20] = 12345; // diverges inside block 2
@@ -197,8 +195,8 @@ TEST_CASE("the index rebuilds from the directory after a restart") {
   auto a = seq(0, 32);
   auto b = seq(1000, 16);
   {
-    auto store = open_store(dir.path(), backend_kind::automatic,
-                            io_mode::buffered);
+    auto store =
+        open_store(dir.path(), backend_kind::automatic, io_mode::buffered);
     REQUIRE(populate(*store, {a, b}));
     CHECK_EQ(store->size(), 6u);
     // Litter of an interrupted write and a foreign file are ignored.
@@ -220,8 +218,8 @@ TEST_CASE("the index rebuilds from the directory after a restart") {
 
 TEST_CASE("concurrent writers of the same block stay correct") {
   dualpath::test::temp_dir dir{"dp-store"};
-  auto store = open_store(dir.path(), backend_kind::automatic,
-                          io_mode::buffered);
+  auto store =
+      open_store(dir.path(), backend_kind::automatic, io_mode::buffered);
   auto tokens = seq(0, 8);
   auto h = block_hashes(tokens, 8)[0];
   std::vector<std::thread> writers;
@@ -246,9 +244,8 @@ TEST_CASE("concurrent writers of the same block stay correct") {
   CHECK_EQ(failures.load(), 0);
   CHECK_EQ(read_errors, 0);
   CHECK_EQ(store->size(), 1u);
-  auto names = store->backend().list(dir.path() + "/"
-                                     + store->path_of(h).substr(
-                                       dir.path().size() + 1, 2));
+  auto names = store->backend().list(
+      dir.path() + "/" + store->path_of(h).substr(dir.path().size() + 1, 2));
   REQUIRE(names);
   CHECK_EQ(names->size(), 1u); // no temporary file left behind
   CHECK(store->read_full(h, buf->data()));

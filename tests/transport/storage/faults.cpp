@@ -41,9 +41,8 @@ struct fixture {
   }
 
   std::unique_ptr<block_store> open(const std::string& model) {
-    auto s = block_store::open(store_config{dir.path(), model,
-                                            kv_geometry{4, 8, 100}},
-                               faulty);
+    auto s = block_store::open(
+        store_config{dir.path(), model, kv_geometry{4, 8, 100}}, faulty);
     REQUIRE(s);
     return std::move(*s);
   }
@@ -170,9 +169,8 @@ TEST_CASE("wrong model id") {
   CHECK_EQ(other->size(), 0u);
   CHECK_EQ(f.read_full(*other, f.hashes[0]), storage_errc::wrong_model);
   // Same model id, different KV geometry: also the wrong model.
-  auto geo2 = block_store::open(store_config{f.dir.path(), "m1",
-                                             kv_geometry{4, 8, 200}},
-                                f.faulty);
+  auto geo2 = block_store::open(
+      store_config{f.dir.path(), "m1", kv_geometry{4, 8, 200}}, f.faulty);
   REQUIRE(geo2);
   auto big = aligned_buffer::make((*geo2)->geometry().file_bytes());
   REQUIRE(big);
@@ -186,18 +184,16 @@ TEST_CASE("unreadable directory") {
   fault_plan plan;
   plan.unreadable_directories = true;
   f.faulty->set_plan(plan);
-  auto s = block_store::open(store_config{f.dir.path(), "m1",
-                                          kv_geometry{4, 8, 100}},
-                             f.faulty);
+  auto s = block_store::open(
+      store_config{f.dir.path(), "m1", kv_geometry{4, 8, 100}}, f.faulty);
   REQUIRE_FALSE(s);
   CHECK_EQ(code_of(s.error()), storage_errc::unreadable_directory);
   // Real: a "directory" below a regular file.
   f.faulty->set_plan({});
   auto file = f.dir.file("plain");
   dualpath::test::write_file(file, "x");
-  auto t = block_store::open(store_config{file + "/store", "m1",
-                                          kv_geometry{4, 8, 100}},
-                             f.faulty);
+  auto t = block_store::open(
+      store_config{file + "/store", "m1", kv_geometry{4, 8, 100}}, f.faulty);
   REQUIRE_FALSE(t);
   CHECK_EQ(code_of(t.error()), storage_errc::unreadable_directory);
 }
@@ -220,8 +216,7 @@ TEST_CASE("disk full on write") {
   CHECK_EQ(code_of(pop.error()), storage_errc::disk_full);
   // Space again: the write succeeds.
   f.faulty->set_plan({});
-  CHECK_EQ(code_of(f.store->write_generated(h, root_hash)),
-           storage_errc::none);
+  CHECK_EQ(code_of(f.store->write_generated(h, root_hash)), storage_errc::none);
   CHECK(f.store->contains(h));
 }
 

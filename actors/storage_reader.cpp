@@ -176,11 +176,14 @@ void pump(self_ptr self) {
   auto& st = self->state;
   while (!st.fifo.empty() && st.inflight < st.cfg.max_inflight) {
     auto rid = st.fifo.front();
-    auto& p = st.reads.at(rid);
-    if (p.next == p.req.blocks.size()) {
+    auto i = st.reads.find(rid);
+    // A request leaves the FIFO once all its blocks were issued; it may even
+    // have completed already (then it is gone from `reads`).
+    if (i == st.reads.end() || i->second.next == i->second.req.blocks.size()) {
       st.fifo.pop_front();
       continue;
     }
+    auto& p = i->second;
     auto slot = st.cfg.pool->acquire();
     if (!slot)
       return; // back-pressure: wait for a release

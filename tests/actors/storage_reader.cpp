@@ -312,6 +312,33 @@ TEST_CASE("reads are paced to the configured rate in real time") {
   CHECK_LE(std::abs(measured - rate) / rate, 0.05);
 }
 
+TEST_CASE("one block in flight: requests completing before the next pump") {
+  // With max_inflight = 1 a request's last block completes while the request
+  // still heads the FIFO; the reader must move on, not trip over it.
+  env e{kv_geometry{4, 8, 100}};
+  caf::actor_system_config cfg;
+  caf::actor_system sys{with_types(cfg)};
+  storage_reader_config rc;
+  rc.node = "n0";
+  rc.store = e.store;
+  rc.pool = e.pool(2);
+  rc.max_inflight = 1;
+  auto reader = spawn_storage_reader(sys, rc);
+  REQUIRE(reader);
+  caf::scoped_actor self{sys};
+  for (uint64_t r = 0; r < 6; ++r)
+    self->send(*reader, read_atom_v, e.request(r, r % 4, r / 4, 1));
+  for (uint64_t r = 0; r < 6; ++r)
+    self->receive(
+        [&](read_completion& c) {
+          CHECK_EQ(c.request_id, r);
+          REQUIRE_EQ(c.leases.size(), 1u);
+          self->send(*reader, release_atom_v, c.leases[0].lease_id);
+        },
+        [&](caf::error& err) { FAIL(sys.render(err)); },
+        caf::after(seconds{5}) >> [&] { FAIL("request " << r << " stuck"); });
+}
+
 TEST_CASE("pacing and persistence follow simulated time") {
   env e{kv_geometry{4, 8, 100}, 1, 2}; // 3200-byte payloads
   caf::actor_system_config cfg;

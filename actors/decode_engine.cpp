@@ -115,6 +115,16 @@ const link_ptr& rank_link(const std::vector<link_ptr>& links, uint32_t rank) {
   return rank < links.size() ? links[rank] : none;
 }
 
+// The whole buffer as a region: its bulk registration, or (no bulk
+// transport, e.g. Oracle-only setups) a local descriptor of the same memory.
+remote_region buffer_region(const decode_state& st) {
+  if (st.registration)
+    return st.registration.describe();
+  return remote_region{
+      st.cfg.node ? st.cfg.node->name : std::string{}, 0, 0,
+      reinterpret_cast<uint64_t>(st.memory.get()),     0, st.size};
+}
+
 void try_finish(self_ptr self, uint64_t id);
 void try_admit(self_ptr self);
 void try_gpu(self_ptr self);
@@ -135,14 +145,14 @@ void on_de_read(self_ptr self, uint64_t id, read_completion c) {
     auto src = lease_payload(l, block_layer * cfg.model.layers);
     if (uint64_t{l.block_index + 1} * bt <= r.tokens)
       for (uint32_t layer = 0; layer < cfg.model.layers; ++layer)
-        std::memcpy(slot_ptr(self, r)
-                      + slot_offset(layer, r.tokens, l.block_index * bt,
-                                    bpt(cfg)),
-                    src + layer * block_layer, block_layer);
+        std::memcpy(
+            slot_ptr(self, r)
+                + slot_offset(layer, r.tokens, l.block_index * bt, bpt(cfg)),
+            src + layer * block_layer, block_layer);
     self->send(cfg.node->reader, release_atom_v, l.lease_id);
-    r.result.bytes_read_de
-      += block_layer * cfg.model.layers / std::max<uint64_t>(bpt(cfg), 1)
-         * cfg.model.nominal_bytes_per_token_layer;
+    r.result.bytes_read_de += block_layer * cfg.model.layers
+                              / std::max<uint64_t>(bpt(cfg), 1)
+                              * cfg.model.nominal_bytes_per_token_layer;
   }
   r.de_read = std::move(c);
   r.read_done = true;
@@ -167,7 +177,7 @@ void start(self_ptr self, assignment a, caf::response_promise rp,
   r.result.id = id;
   r.result.prefill = r.a.prefill;
   r.result.decode = r.a.decode;
-  auto region = st.registration.describe().subrange(offset, bytes);
+  auto region = buffer_region(st).subrange(offset, bytes);
   if (!region) {
     rp.deliver(std::move(region.error()));
     return;
@@ -181,10 +191,11 @@ void start(self_ptr self, assignment a, caf::response_promise rp,
     rr.blocks.assign(r.hashes.begin() + plan.pe_side_blocks,
                      r.hashes.begin() + plan.hit_blocks);
     rr.first_block = plan.pe_side_blocks;
-    rr.tokens = (plan.hit_blocks - plan.pe_side_blocks)
-                * cfg.model.block_tokens;
+    rr.tokens =
+        (plan.hit_blocks - plan.pe_side_blocks) * cfg.model.block_tokens;
     self->request(cfg.node->reader, caf::infinite, read_atom_v, std::move(rr))
-        .then([self, id](read_completion& c) { on_de_read(self, id, std::move(c)); },
+        .then([self,
+               id](read_completion& c) { on_de_read(self, id, std::move(c)); },
               [self, id, rr](caf::error&) {
                 // The reader failed as a whole: every DE-side block is a miss.
                 read_completion c;
@@ -203,13 +214,13 @@ void try_admit(self_ptr self) {
   auto& cfg = st.cfg;
   while (!st.admissions.empty()) {
     auto& [a, rp] = st.admissions.front();
-    uint64_t bytes = uint64_t{cfg.model.layers} * a.request.tokens.size()
-                     * bpt(cfg);
+    uint64_t bytes =
+        uint64_t{cfg.model.layers} * a.request.tokens.size() * bpt(cfg);
     if (bytes == 0 || bytes > st.slots.capacity()) {
-      rp.deliver(caf::make_error(
-          gpu::gpu_errc::budget_exceeded,
-          "prompt KV of " + std::to_string(bytes)
-              + " bytes does not fit the decode buffer"));
+      rp.deliver(
+          caf::make_error(gpu::gpu_errc::budget_exceeded,
+                          "prompt KV of " + std::to_string(bytes)
+                              + " bytes does not fit the decode buffer"));
       st.admissions.pop_front();
       continue;
     }
@@ -266,9 +277,9 @@ void start_decode(self_ptr self, de_request& r) {
   if (moves_bytes(cfg)) {
     uint64_t nominal = uint64_t{r.tokens} * cfg.model.layers
                        * cfg.model.nominal_bytes_per_token_layer;
-    t = std::max({t, reserve(cfg.node->dram, nominal, now),
-                  reserve(rank_link(cfg.node->cnic_rx, cfg.id.rank), nominal,
-                          now)});
+    t = std::max(
+        {t, reserve(cfg.node->dram, nominal, now),
+         reserve(rank_link(cfg.node->cnic_rx, cfg.id.rank), nominal, now)});
   }
   // The DRAM slot is free once the KV is in GPU memory.
   st.slots.free(r.slot_offset);
@@ -330,7 +341,8 @@ void send_done(self_ptr self, uint64_t id) {
   auto& r = i->second;
   r.result.bytes_read_pe = r.summary.bytes_read_pe;
   r.result.recomputed_blocks = r.summary.recomputed_blocks;
-  r.result.bytes_compute_net = r.result.bytes_pe_to_de + r.result.bytes_de_to_pe;
+  r.result.bytes_compute_net =
+      r.result.bytes_pe_to_de + r.result.bytes_de_to_pe;
   auto result = r.result;
   if (r.has_slot)
     st.slots.free(r.slot_offset);
@@ -363,9 +375,9 @@ void pump_persist(self_ptr self) {
     // GPU -> host DRAM: the block's Layer Blocks out of the layer-major KV.
     std::vector<gpu::copy_chunk> chunks;
     for (uint32_t l = 0; l < cfg.model.layers; ++l)
-      chunks.push_back(gpu::copy_chunk{
-          slot_offset(l, r.tokens, job.block * bt, bpt(cfg)),
-          st.persist_offset + l * block_layer, block_layer});
+      chunks.push_back(
+          gpu::copy_chunk{slot_offset(l, r.tokens, job.block * bt, bpt(cfg)),
+                          st.persist_offset + l * block_layer, block_layer});
     auto err = cfg.device->copy_d2h(r.gpu, st.pinned, chunks, st.stream);
     if (!err)
       err = cfg.device->synchronize(st.stream);
@@ -374,8 +386,7 @@ void pump_persist(self_ptr self) {
   if (!copied)
     for (uint32_t l = 0; l < cfg.model.layers; ++l)
       storage::kv_fill_layer(job.hash, l, bt, bpt(cfg), dst + l * block_layer);
-  auto source = st.registration.describe().subrange(st.persist_offset,
-                                                    st.payload_bytes);
+  auto source = buffer_region(st).subrange(st.persist_offset, st.payload_bytes);
   st.persist_busy = true;
   auto done = [self, job](bool ok) {
     auto& st = self->state;
@@ -395,8 +406,7 @@ void pump_persist(self_ptr self) {
     done(false);
     return;
   }
-  self
-      ->request(cfg.node->reader, caf::infinite, persist_atom_v,
+  self->request(cfg.node->reader, caf::infinite, persist_atom_v,
                 persist_request{job.hash, job.parent, bt, *source})
       .then([done](block_hash) { done(true); },
             [done](caf::error&) { done(false); });
@@ -448,9 +458,8 @@ engine_load own_load(self_ptr self) {
     x.tok += a.first.request.tokens.size();
   uint64_t used = st.cfg.device ? st.cfg.device->bytes_allocated() : 0;
   uint64_t used_nominal = used * std::max<uint32_t>(st.cfg.byte_scale, 1);
-  x.free_hbm_bytes = st.cfg.hbm_bytes > used_nominal
-                       ? st.cfg.hbm_bytes - used_nominal
-                       : 0;
+  x.free_hbm_bytes =
+      st.cfg.hbm_bytes > used_nominal ? st.cfg.hbm_bytes - used_nominal : 0;
   return x;
 }
 
@@ -517,8 +526,8 @@ void report(self_ptr self) {
 
 caf::error setup(decode_state& st) {
   auto& cfg = st.cfg;
-  st.payload_bytes = uint64_t{cfg.model.block_tokens} * cfg.model.layers
-                     * bpt(cfg);
+  st.payload_bytes =
+      uint64_t{cfg.model.block_tokens} * cfg.model.layers * bpt(cfg);
   st.size = real_bytes(cfg.dram_buffer_bytes, cfg.byte_scale);
   if (st.size <= st.payload_bytes)
     return caf::make_error(gpu::gpu_errc::budget_exceeded,
@@ -611,25 +620,24 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
           return caf::make_error(caf::sec::invalid_argument,
                                  "push: range outside the request's slot");
         auto now = emulated_now(self, cfg.time);
-        uint64_t nominal = uint64_t{p.tokens}
-                           * cfg.model.nominal_bytes_per_token_layer;
-        auto t = std::max({now, reserve(cfg.node->dram, nominal, now),
-                           reserve(rank_link(cfg.node->cnic_tx, cfg.id.rank),
-                                   nominal, now)});
+        uint64_t nominal =
+            uint64_t{p.tokens} * cfg.model.nominal_bytes_per_token_layer;
+        auto t = std::max(
+            {now, reserve(cfg.node->dram, nominal, now),
+             reserve(rank_link(cfg.node->cnic_tx, cfg.id.rank), nominal, now)});
         r.result.bytes_de_to_pe += nominal;
         auto tag = st.next_tag++;
         auto rp = self->make_response_promise<layer_ready>();
-        st.pushes.emplace(tag, pending_push{rp, layer_ready{p.request_id,
-                                                            p.layer, len,
-                                                            since_start(
-                                                                cfg.time, t)}});
+        st.pushes.emplace(
+            tag, pending_push{rp, layer_ready{p.request_id, p.layer, len,
+                                              since_start(cfg.time, t)}});
         bulk::batch b;
         b.tclass = transport::traffic_class::kv;
         b.tag = tag;
         b.writes.push_back(bulk::write_request{
             &st.registration,
-            r.slot_offset + slot_offset(p.layer, r.tokens, p.first_token,
-                                        bpt(cfg)),
+            r.slot_offset
+                + slot_offset(p.layer, r.tokens, p.first_token, bpt(cfg)),
             p.destination});
         auto hdl = caf::actor_cast<caf::actor>(self);
         cfg.node->bulk->post(std::move(b), [hdl, tag](bulk::completion c) {

@@ -41,9 +41,9 @@ slot_check check_slot(const std::vector<transport::block_hash>& hashes,
     bool ok = b < hashes.size();
     for (uint32_t l = 0; ok && l < layers; ++l)
       for (uint32_t t = first; ok && t < last; ++t)
-        ok = storage::kv_check_token(hashes[b], l, t - first,
-                                     slot + slot_offset(l, tokens, t, bpt),
-                                     bpt);
+        ok =
+            storage::kv_check_token(hashes[b], l, t - first,
+                                    slot + slot_offset(l, tokens, t, bpt), bpt);
     if (ok)
       ++result.blocks_ok;
     else

@@ -157,10 +157,10 @@ void start_load(self_ptr self, uint32_t l) {
       if (lease.block_index >= item.pe_side_blocks)
         continue;
       auto src = lease_payload(lease, payload) + l * block_layer_bytes;
-      std::memcpy(st.staging->memory.get()
-                      + staging_offset(b, cfg, l, i,
-                                       uint64_t{lease.block_index} * bt),
-                  src, block_layer_bytes);
+      std::memcpy(
+          st.staging->memory.get()
+              + staging_offset(b, cfg, l, i, uint64_t{lease.block_index} * bt),
+          src, block_layer_bytes);
       local_nominal += uint64_t{bt} * cfg.model.nominal_bytes_per_token_layer;
     }
   }
@@ -189,12 +189,12 @@ void start_load(self_ptr self, uint32_t l) {
     ++lay.pending_pushes;
     auto de = caf::actor_cast<decode_engine_actor>(item.decode_actor);
     auto batch_id = b.plan.batch_id;
-    self
-        ->request(de, caf::infinite, push_atom_v,
+    self->request(de, caf::infinite, push_atom_v,
                   layer_push{item.request_id, l, first, count, *dst})
         .then(
             [self, batch_id](layer_ready& r) {
-              if (self->state.batch && self->state.batch->plan.batch_id == batch_id)
+              if (self->state.batch
+                  && self->state.batch->plan.batch_id == batch_id)
                 self->send(self, layer_atom_v, std::move(r));
             },
             [self](caf::error& err) { fail(self, std::move(err)); });
@@ -220,8 +220,8 @@ void on_pushed(self_ptr self, const layer_ready& r) {
   if (cfg.id.rank < node.cnic_rx.size())
     t = std::max(t, node.cnic_rx[cfg.id.rank]->reserve(nominal, now));
   lay.ready_at = std::max(lay.ready_at, t);
-  lay.timing.transfer_ns
-    = std::max(lay.timing.transfer_ns, to_ns(t - lay.load_start));
+  lay.timing.transfer_ns =
+      std::max(lay.timing.transfer_ns, to_ns(t - lay.load_start));
   b.bytes_moved += r.bytes;
   if (--lay.pending_pushes == 0)
     self->delayed_send(self, cfg.time.to_actor(lay.ready_at - now),
@@ -268,10 +268,9 @@ void on_computed(self_ptr self, uint32_t l) {
       auto off = staging_offset(b, cfg, l, i, first);
       fill_tokens(item.hashes, cfg.model.block_tokens, l, first, item.tokens,
                   bpt(cfg), st.staging->memory.get() + off);
-      chunks.push_back(gpu::copy_chunk{off, (b.token_offset[i] + first)
-                                                * bpt(cfg),
-                                       uint64_t{item.tokens - first}
-                                         * bpt(cfg)});
+      chunks.push_back(
+          gpu::copy_chunk{off, (b.token_offset[i] + first) * bpt(cfg),
+                          uint64_t{item.tokens - first} * bpt(cfg)});
     }
     h2d(self, l, std::move(chunks));
     if (!st.batch)
@@ -308,24 +307,26 @@ void start_send(self_ptr self, uint32_t l) {
   for (size_t i = 0; i < b.plan.items.size(); ++i) {
     auto& item = b.plan.items[i];
     // PE-side hits and misses travel; DE-side hits are already at the DE.
-    std::pair<uint64_t, uint64_t> ranges[2]
-      = {{0, std::min<uint64_t>(uint64_t{item.pe_side_blocks} * bt, item.tokens)},
-         {std::min<uint64_t>(uint64_t{item.hit_blocks} * bt, item.tokens),
-          item.tokens}};
+    std::pair<uint64_t, uint64_t> ranges[2] = {
+        {0,
+         std::min<uint64_t>(uint64_t{item.pe_side_blocks} * bt, item.tokens)},
+        {std::min<uint64_t>(uint64_t{item.hit_blocks} * bt, item.tokens),
+         item.tokens}};
     for (auto [first, last] : ranges) {
       if (first >= last)
         continue;
       auto dst = item.destination.subrange(
-          slot_offset(l, item.tokens, first, bpt(cfg)), (last - first) * bpt(cfg));
+          slot_offset(l, item.tokens, first, bpt(cfg)),
+          (last - first) * bpt(cfg));
       if (!dst) {
         fail(self, std::move(dst.error()));
         return;
       }
       auto& out = batches[dst->node];
       out.tclass = transport::traffic_class::kv;
-      out.writes.push_back(bulk::write_request{
-          &st.staging->registration, staging_offset(b, cfg, l, i, first),
-          *dst});
+      out.writes.push_back(
+          bulk::write_request{&st.staging->registration,
+                              staging_offset(b, cfg, l, i, first), *dst});
       nominal += (last - first) * cfg.model.nominal_bytes_per_token_layer;
     }
   }
@@ -342,10 +343,11 @@ void start_send(self_ptr self, uint32_t l) {
   auto batch_id = b.plan.batch_id;
   for (auto& kv : batches) {
     kv.second.tag = (batch_id << 16) | l;
-    node.bulk->post(std::move(kv.second), [hdl, batch_id, l](bulk::completion c) {
-      caf::anon_send(hdl, sent_atom_v, batch_id, l, c.bytes,
-                     c.error ? caf::to_string(c.error) : std::string{});
-    });
+    node.bulk->post(
+        std::move(kv.second), [hdl, batch_id, l](bulk::completion c) {
+          caf::anon_send(hdl, sent_atom_v, batch_id, l, c.bytes,
+                         c.error ? caf::to_string(c.error) : std::string{});
+        });
   }
 }
 
@@ -378,8 +380,8 @@ void on_sent_done(self_ptr self, uint32_t l) {
   const auto bt = cfg.model.block_tokens;
   auto done_ns = to_ns(lay.send_done_at - cfg.time.start());
   for (auto& item : b.plan.items) {
-    uint64_t sent_tokens
-      = std::min<uint64_t>(uint64_t{item.pe_side_blocks} * bt, item.tokens)
+    uint64_t sent_tokens =
+        std::min<uint64_t>(uint64_t{item.pe_side_blocks} * bt, item.tokens)
         + (item.tokens
            - std::min<uint64_t>(uint64_t{item.hit_blocks} * bt, item.tokens));
     uint64_t bytes = moves_bytes(cfg) ? sent_tokens * bpt(cfg) : 0;
@@ -418,8 +420,8 @@ void begin(self_ptr self, stream_plan plan, caf::response_promise rp) {
   }
   uint32_t layers = b->plan.layers;
   b->window = cfg.mode == load_mode::basic
-                ? std::max<uint32_t>(layers, 1)
-                : std::max<uint32_t>(b->plan.window, 1);
+                  ? std::max<uint32_t>(layers, 1)
+                  : std::max<uint32_t>(b->plan.window, 1);
   b->layers.resize(layers);
   std::vector<gpu::sequence_shape> shapes;
   for (auto& item : b->plan.items) {
@@ -430,7 +432,7 @@ void begin(self_ptr self, stream_plan plan, caf::response_promise rp) {
   b->compute_s = prefill_layer_seconds(cfg, shapes);
   if (moves_bytes(cfg)
       && uint64_t{std::min(b->window, layers)} * layer_bytes(*b, cfg)
-           > st.staging->size) {
+             > st.staging->size) {
     b->rp.deliver(caf::make_error(
         gpu::gpu_errc::budget_exceeded,
         "batch window does not fit the prefill engine's HBM: "
@@ -538,8 +540,8 @@ pe_staging::make(const engine_config& cfg) {
     result->stream = std::move(*s);
   }
   if (cfg.node && cfg.node->bulk) {
-    auto reg = cfg.node->bulk->register_region(result->memory.get(),
-                                               result->size);
+    auto reg =
+        cfg.node->bulk->register_region(result->memory.get(), result->size);
     if (!reg)
       return std::move(reg.error());
     result->registration = std::move(*reg);

@@ -132,12 +132,11 @@ void item_ready(self_ptr self, size_t index) {
                * cfg.model.nominal_bytes_per_token_layer;
   }
   it.effective = read_plan{hit, std::min(it.plan.pe_side_blocks, hit)};
-  self->send(caf::actor_cast<decode_engine_actor>(it.a.decode_actor),
-             prefilled_atom_v,
-             prefill_summary{it.a.request.id, hit, it.plan.hit_blocks - hit,
-                             read_pe});
-  b.read_ns
-    = std::max(b.read_ns, to_ns(emulated_now(self, cfg.time) - b.started));
+  self->send(
+      caf::actor_cast<decode_engine_actor>(it.a.decode_actor), prefilled_atom_v,
+      prefill_summary{it.a.request.id, hit, it.plan.hit_blocks - hit, read_pe});
+  b.read_ns =
+      std::max(b.read_ns, to_ns(emulated_now(self, cfg.time) - b.started));
   if (++b.ready < b.items.size())
     return;
   stream_plan plan;
@@ -277,8 +276,8 @@ void next(self_ptr self) {
     pending_item it;
     it.a = a;
     it.hashes = prompt_block_hashes(a.request.tokens, cfg.model.block_tokens);
-    uint32_t full = static_cast<uint32_t>(a.request.tokens.size()
-                                          / cfg.model.block_tokens);
+    uint32_t full =
+        static_cast<uint32_t>(a.request.tokens.size() / cfg.model.block_tokens);
     it.plan = plan_for(cfg.mode, a.plan, full);
     b->items.push_back(std::move(it));
   }
@@ -301,9 +300,8 @@ engine_load own_load(self_ptr self) {
   x.tok = st.tok;
   uint64_t used = st.cfg.device ? st.cfg.device->bytes_allocated() : 0;
   uint64_t used_nominal = used * std::max<uint32_t>(st.cfg.byte_scale, 1);
-  x.free_hbm_bytes = st.cfg.hbm_bytes > used_nominal
-                       ? st.cfg.hbm_bytes - used_nominal
-                       : 0;
+  x.free_hbm_bytes =
+      st.cfg.hbm_bytes > used_nominal ? st.cfg.hbm_bytes - used_nominal : 0;
   return x;
 }
 
@@ -391,8 +389,8 @@ caf::behavior prefill_engine(self_ptr self, engine_config cfg) {
   }
   self->state.cfg = std::move(cfg);
   self->state.staging = *staging;
-  self->state.streamer = spawn_layer_streamer(self->home_system(),
-                                              self->state.cfg, *staging);
+  self->state.streamer =
+      spawn_layer_streamer(self->home_system(), self->state.cfg, *staging);
   self->link_to(self->state.streamer);
   auto& c = self->state.cfg;
   if (c.id.rank == 0 && !c.group_members.empty() && c.scheduler)

@@ -120,8 +120,8 @@ struct cluster {
     REQUIRE(b);
     n.bulk = std::shared_ptr<bulk::backend>(std::move(*b));
     n.store = store;
-    auto pool = storage::buffer_pool::make(16 * geo.file_bytes(),
-                                           geo.file_bytes());
+    auto pool =
+        storage::buffer_pool::make(16 * geo.file_bytes(), geo.file_bytes());
     REQUIRE(pool);
     p.pool = *pool;
     auto reg = n.bulk->register_region(p.pool->base(), p.pool->size());
@@ -136,8 +136,7 @@ struct cluster {
     rc.pool = p.pool;
     rc.counters = p.counters;
     // Persist sources are this process's registered regions.
-    rc.resolve = [](const remote_region& r)
-        -> caf::expected<const std::byte*> {
+    rc.resolve = [](const remote_region& r) -> caf::expected<const std::byte*> {
       return reinterpret_cast<const std::byte*>(r.base) + r.offset;
     };
     auto reader = spawn_storage_reader(sys, rc);
@@ -258,9 +257,9 @@ bool stored_exact(storage::block_store& store, block_hash hash) {
   if (!store.read_full(hash, file->data()))
     return false;
   for (uint32_t l = 0; l < geo.layers; ++l)
-    if (!storage::kv_check_layer(
-            hash, l, geo.block_tokens, geo.bytes_per_token_layer,
-            file->data() + geo.layer_offset(l)))
+    if (!storage::kv_check_layer(hash, l, geo.block_tokens,
+                                 geo.bytes_per_token_layer,
+                                 file->data() + geo.layer_offset(l)))
       return false;
   return true;
 }
@@ -272,8 +271,8 @@ TEST_CASE("both read paths and a split leave the exact prompt KV at the DE") {
     const char* name;
     uint32_t pe_side;
   };
-  for (auto v : {variant{"PE path", 3}, variant{"DE path", 0},
-                 variant{"split", 1}}) {
+  for (auto v :
+       {variant{"PE path", 3}, variant{"DE path", 0}, variant{"split", 1}}) {
     CAPTURE(v.name);
     cluster c{load_mode::dualpath};
     // 3 stored blocks, 1 missing full block and a 2-token partial block.
@@ -281,9 +280,9 @@ TEST_CASE("both read paths and a split leave the exact prompt KV at the DE") {
     c.populate(tokens, 3);
     REQUIRE_EQ(c.store->lookup(tokens).blocks.size(), 3u);
     stream_report rep;
-    auto res = c.run({c.make(spec(1, tokens, 4, {7, 8, 9, 10}),
-                             read_plan{3, v.pe_side})},
-                     &rep);
+    auto res = c.run(
+        {c.make(spec(1, tokens, 4, {7, 8, 9, 10}), read_plan{3, v.pe_side})},
+        &rep);
     REQUIRE_EQ(res.size(), 1u);
     auto& r = res[0];
     CHECK_EQ(r.id, 1u);
@@ -297,7 +296,8 @@ TEST_CASE("both read paths and a split leave the exact prompt KV at the DE") {
     CHECK_EQ(c.de.counters->blocks_read.load(), de_side);
     // Only PE-side hits and misses travel PE -> DE; DE-side hits go to the
     // PE GPU once per layer and never come back.
-    CHECK_EQ(r.bytes_pe_to_de, kv_bytes(tokens.size() - de_side * block_tokens));
+    CHECK_EQ(r.bytes_pe_to_de,
+             kv_bytes(tokens.size() - de_side * block_tokens));
     CHECK_EQ(r.bytes_de_to_pe, kv_bytes(de_side * block_tokens));
     CHECK_EQ(r.bytes_compute_net, r.bytes_pe_to_de + r.bytes_de_to_pe);
     CHECK_EQ(rep.layers.size(), layers);
@@ -376,8 +376,8 @@ TEST_CASE("Oracle moves zero bytes and still leaves the exact KV") {
   auto tokens = cluster::prompt(5, 3, 3);
   c.populate(tokens, 3);
   stream_report rep;
-  auto res = c.run({c.make(spec(1, tokens, 3, {1, 2, 3}), read_plan{3, 1})},
-                   &rep);
+  auto res =
+      c.run({c.make(spec(1, tokens, 3, {1, 2, 3}), read_plan{3, 1})}, &rep);
   REQUIRE_EQ(res.size(), 1u);
   auto& r = res[0];
   CHECK_EQ(r.verify_failures, 0u);

@@ -116,7 +116,8 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
                   {2201}},
       {"211", "212", "\"node215\"", "216", "\"node217\"", "218", "219", "220",
        "2201"});
-  check(stream_plan{221, 222, 223, {stream_item{224, {}, 225, region(226)}}},
+  check(stream_plan{221, 222, 223,
+                    {stream_item{224, {}, 225, region(226), 0, 0, 0, {}, {}}}},
         {"221", "222", "223", "224", "225", "\"node226\""});
   check(stream_report{231, {layer_timing{232, 233, 234, 235, 236, 237}}, 238},
         {"231", "232", "237", "238"});

@@ -735,12 +735,16 @@ private:
       }
       if (!any)
         return;
-      auto c = p.arbiter.pick(eligible);
-      // Small grants only while both classes contend (so control bytes are
-      // interleaved finely); a lone class writes its whole slice at once.
-      auto n = write_some(p, p.conns[c],
-                          eligible[0] && eligible[1] ? quantum : SIZE_MAX);
-      p.arbiter.charge(c, n);
+      // The arbiter shapes only contention: with both classes able to send
+      // it picks by weighted bytes in small grants (so control bytes are
+      // interleaved finely) and is charged; a lone class sends its whole
+      // slice uncharged (work-conserving, and no credit is banked for idle
+      // or blocked periods).
+      bool contended = eligible[0] && eligible[1];
+      auto c = contended ? p.arbiter.pick(eligible) : (eligible[0] ? 0 : 1);
+      auto n = write_some(p, p.conns[c], contended ? quantum : SIZE_MAX);
+      if (contended)
+        p.arbiter.charge(c, n);
       budget -= std::min(budget, n);
       std::lock_guard<std::mutex> guard{stats_mtx_};
       stats_.bytes_sent[c] += n;
@@ -1088,7 +1092,7 @@ void rx_loop::finish_frame(in_conn& c) {
                reinterpret_cast<uint8_t*>(&a) + sizeof(a));
   c.st = in_state::header;
   c.have = 0;
-  flush(c);
+  // Acknowledgements are flushed together when the read loop pauses.
 }
 
 void rx_loop::on_readable(in_conn& c) {
@@ -1131,12 +1135,14 @@ void rx_loop::on_readable(in_conn& c) {
     if (n < 0 && errno == EINTR)
       continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return;
+      break;
     if (n <= 0) {
       drop(c);
       return;
     }
   }
+  if (!c.dead && !c.out.empty())
+    flush(c);
 }
 
 } // namespace

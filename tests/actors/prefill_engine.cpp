@@ -35,6 +35,7 @@ caf::actor_system_config& testing_config(caf::actor_system_config& cfg) {
 
 struct fake_scheduler_state {
   std::vector<group_report> fetches;
+  std::vector<group_report> reports;
   std::vector<request_result> results;
   std::vector<assignment> to_hand_out;
 };
@@ -61,6 +62,9 @@ struct fixture {
             return w;
           },
           [f](done_atom, request_result& r) { f->results.push_back(r); },
+          [f](report_atom, group_report& g) {
+            f->reports.push_back(std::move(g));
+          },
       };
     });
   }
@@ -148,6 +152,21 @@ TEST_CASE_FIXTURE(fixture, "simulated time: TTFT is the layers' compute time") {
   // 10 tokens, 2 cached full blocks (8 tokens), 4 generated.
   work_batch w{{make(1, 10, 4, pe, de, read_plan{2, 1})}};
   caf::anon_send(pe, prefill_atom_v, w);
+  sched.run();
+  // In flight (waiting for layer 0's compute): seq_e 1, tok_e 10 on both.
+  std::vector<engine_load> loads;
+  sys.spawn([&](caf::event_based_actor* q) {
+    for (auto& hdl : {pe, de})
+      q->request(hdl, caf::infinite, status_atom_v).then([&](engine_load& x) {
+        loads.push_back(x);
+      });
+  });
+  sched.run();
+  REQUIRE_EQ(loads.size(), 2u);
+  for (auto& x : loads) {
+    CHECK_EQ(x.seq, 1u);
+    CHECK_EQ(x.tok, 10u);
+  }
   run_until_results(1);
   REQUIRE_EQ(fake->results.size(), 1u);
   auto& r = fake->results[0];
@@ -162,6 +181,48 @@ TEST_CASE_FIXTURE(fixture, "simulated time: TTFT is the layers' compute time") {
   CHECK_EQ(r.verify_failures, 0u);
   CHECK_EQ(r.blocks_verified, 3u);
   CHECK_EQ(r.bytes_compute_net, 0u);
+  loads.clear();
+  sys.spawn([&](caf::event_based_actor* q) {
+    for (auto& hdl : {pe, de})
+      q->request(hdl, caf::infinite, status_atom_v).then([&](engine_load& x) {
+        loads.push_back(x);
+      });
+  });
+  sched.run();
+  REQUIRE_EQ(loads.size(), 2u);
+  for (auto& x : loads) {
+    CHECK_EQ(x.seq, 0u);
+    CHECK_EQ(x.tok, 0u);
+    CHECK_EQ(x.free_hbm_bytes, uint64_t{1} << 20);
+  }
+}
+
+TEST_CASE_FIXTURE(fixture, "the decode group leader reports its group") {
+  auto member = caf::actor_cast<caf::actor>(
+      spawn_decode_engine(sys, engine(engine_role::decode, 1)));
+  auto leader_cfg = engine(engine_role::decode, 0);
+  leader_cfg.group = 3;
+  leader_cfg.group_members = {member};
+  leader_cfg.fetch_period_ns = 2'000'000;
+  auto leader =
+      caf::actor_cast<caf::actor>(spawn_decode_engine(sys, leader_cfg));
+  sched.run();
+  CHECK(fake->reports.empty());
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(sched.trigger_timeout());
+    sched.run();
+  }
+  REQUIRE_EQ(fake->reports.size(), 3u);
+  auto& g = fake->reports.back();
+  CHECK_EQ(g.group, 3u);
+  CHECK_EQ(g.role, engine_role::decode);
+  REQUIRE_EQ(g.engines.size(), 2u);
+  CHECK_EQ(g.engines[0].engine.rank, 0u);
+  CHECK_EQ(g.engines[1].engine.rank, 1u);
+  CHECK_EQ(g.engines[1].free_hbm_bytes, uint64_t{1} << 20);
+  caf::anon_send_exit(leader, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(member, caf::exit_reason::user_shutdown);
+  sched.run();
 }
 
 TEST_CASE_FIXTURE(fixture, "the group leader reports, fetches and dispatches") {

@@ -717,9 +717,14 @@ private:
     return static_cast<size_t>(n);
   }
 
-  void pump(peer_state& p) {
+  /// Sends for one pass; true when data could still be sent (the pass ended
+  /// on its budget, so the loop must come back without waiting). The pass is
+  /// short because post() waits for mtx_ while it runs: a control batch
+  /// posted meanwhile waits at most about one pass.
+  bool pump(peer_state& p) {
     constexpr size_t quantum = 64 * 1024;
-    size_t budget = 16 * 1024 * 1024; // per peer per pass (fairness)
+    constexpr size_t lone_grant = 256 * 1024;
+    size_t budget = 1024 * 1024; // per peer per pass
     while (budget > 0) {
       std::array<bool, traffic_class_count> eligible{};
       bool any = false;
@@ -734,15 +739,15 @@ private:
         any = any || eligible[c];
       }
       if (!any)
-        return;
+        return false;
       // The arbiter shapes only contention: with both classes able to send
       // it picks by weighted bytes in small grants (so control bytes are
-      // interleaved finely) and is charged; a lone class sends its whole
-      // slice uncharged (work-conserving, and no credit is banked for idle
+      // interleaved finely) and is charged; a lone class sends larger
+      // grants uncharged (work-conserving, and no credit is banked for idle
       // or blocked periods).
       bool contended = eligible[0] && eligible[1];
       auto c = contended ? p.arbiter.pick(eligible) : (eligible[0] ? 0 : 1);
-      auto n = write_some(p, p.conns[c], contended ? quantum : SIZE_MAX);
+      auto n = write_some(p, p.conns[c], contended ? quantum : lone_grant);
       if (contended)
         p.arbiter.charge(c, n);
       budget -= std::min(budget, n);
@@ -751,6 +756,7 @@ private:
       if (eligible[0] && eligible[1])
         stats_.contended_bytes[c] += n;
     }
+    return true;
   }
 
   void check_deadlines() {
@@ -779,9 +785,10 @@ private:
 
   void run_sender() {
     std::array<epoll_event, 64> events;
+    bool more = false;
     while (!stop_) {
       int n = ::epoll_wait(sender_ep_.get(), events.data(),
-                           static_cast<int>(events.size()), 5);
+                           static_cast<int>(events.size()), more ? 0 : 5);
       std::unique_lock<std::mutex> guard{mtx_};
       for (int i = 0; i < n; ++i) {
         auto tag = events[i].data.u64;
@@ -802,8 +809,9 @@ private:
       }
       check_deadlines();
       connect_needed(guard);
+      more = false;
       for (auto& p : peers_)
-        pump(*p);
+        more = pump(*p) || more;
       auto done = std::move(done_);
       done_.clear();
       guard.unlock();

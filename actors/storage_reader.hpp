@@ -73,9 +73,11 @@ struct storage_reader_config {
   uint64_t region_key = 0; ///< The pool registration's access key.
   std::shared_ptr<transport::storage::block_store> store;
   std::shared_ptr<transport::storage::buffer_pool> pool;
-  pace_fn pace;              ///< Empty: unpaced.
-  resolve_fn resolve;        ///< Empty: only regions of the own pool resolve.
-  uint32_t io_threads = 1;   ///< 0 = inline I/O (deterministic tests only).
+  pace_fn pace;       ///< Empty: unpaced.
+  resolve_fn resolve; ///< Empty: only regions of the own pool resolve.
+  /// Threads doing disk I/O; reads in flight at the disk are
+  /// min(io_threads, max_inflight). 0 = inline I/O (deterministic tests only).
+  uint32_t io_threads = 4;
   uint32_t max_inflight = 8; ///< Blocks read at once (disk queue depth).
   std::shared_ptr<storage_reader_counters> counters; ///< Optional.
 };

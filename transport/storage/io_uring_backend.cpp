@@ -10,29 +10,43 @@
 
 namespace dualpath::transport::storage {
 
+void io_uring_backend::ring_deleter::operator()(io_uring* ring) const {
+  ::io_uring_queue_exit(ring);
+  delete ring;
+}
+
+caf::expected<io_uring_backend::ring_ptr>
+io_uring_backend::make_ring(uint32_t depth) {
+  auto ring = std::make_unique<io_uring>();
+  caf::error err;
+  if (uring_call("io_uring_queue_init", std::to_string(depth),
+                 ::io_uring_queue_init(depth, ring.get(), 0), err)
+      < 0)
+    return caf::make_error(storage_errc::backend_unavailable,
+                           caf::to_string(err));
+  return ring_ptr{ring.release()};
+}
+
 caf::expected<std::unique_ptr<io_uring_backend>>
 io_uring_backend::make(uint32_t queue_depth) {
   if (queue_depth == 0)
     queue_depth = 1;
-  auto ring = std::make_unique<io_uring>();
-  caf::error err;
-  if (uring_call("io_uring_queue_init", std::to_string(queue_depth),
-                 ::io_uring_queue_init(queue_depth, ring.get(), 0), err)
-      < 0)
-    return caf::make_error(storage_errc::backend_unavailable,
-                           caf::to_string(err));
+  // The first ring doubles as the probe: if it cannot be set up, the
+  // automatic selection falls back to pread.
+  auto ring = make_ring(queue_depth);
+  if (!ring)
+    return std::move(ring.error());
   return std::unique_ptr<io_uring_backend>{
-      new io_uring_backend(std::move(ring), queue_depth)};
+      new io_uring_backend(std::move(*ring), queue_depth)};
 }
 
-io_uring_backend::io_uring_backend(std::unique_ptr<io_uring> ring,
-                                   uint32_t depth)
-    : ring_(std::move(ring)), depth_(depth) {
-  // nop
+io_uring_backend::io_uring_backend(ring_ptr ring, uint32_t depth)
+    : depth_(depth) {
+  free_rings_.push_back(std::move(ring));
 }
 
 io_uring_backend::~io_uring_backend() {
-  ::io_uring_queue_exit(ring_.get());
+  // nop (rings are torn down by their deleters)
 }
 
 std::string io_uring_backend::name() const {
@@ -53,9 +67,24 @@ std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
     bool finished = false;
   };
   std::vector<state> st(ops.size());
-  std::lock_guard<std::mutex> guard{mtx_};
-  auto* ring = ring_.get();
-  size_t next = 0; // next op to start
+  // Take a ring for this call (a new one if every ring is in use).
+  ring_ptr owned;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (!free_rings_.empty()) {
+      owned = std::move(free_rings_.back());
+      free_rings_.pop_back();
+    }
+  }
+  if (!owned) {
+    auto fresh = make_ring(depth_);
+    if (!fresh)
+      return std::vector<read_result>(ops.size(), read_result{fresh.error()});
+    owned = std::move(*fresh);
+  }
+  auto* ring = owned.get();
+  bool ring_ok = true; // false after a failed submit/wait: never reuse it
+  size_t next = 0;     // next op to start
   uint32_t inflight = 0;
   std::deque<size_t> resubmit; // ops with a short buffered read to continue
   auto finish = [&](size_t i) {
@@ -107,6 +136,7 @@ std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
         rc = ::io_uring_submit(ring);
       } while (rc == -EINTR);
       if (uring_call("io_uring_submit", "", rc, err) < 0) {
+        ring_ok = false;
         // The ring is unusable for these SQEs: fail everything unfinished.
         for (size_t i = 0; i < ops.size(); ++i)
           if (!st[i].finished) {
@@ -122,6 +152,7 @@ std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
       rc = ::io_uring_wait_cqe(ring, &cqe);
     } while (rc == -EINTR);
     if (uring_call("io_uring_wait_cqe", "", rc, err) < 0) {
+      ring_ok = false;
       for (size_t i = 0; i < ops.size(); ++i)
         if (!st[i].finished) {
           st[i].err = err;
@@ -148,6 +179,10 @@ std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
       else
         resubmit.push_back(i);
     }
+  }
+  if (ring_ok) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    free_rings_.push_back(std::move(owned));
   }
   std::vector<read_result> results;
   results.reserve(ops.size());

@@ -3,13 +3,16 @@
 // listings and directory creation use the POSIX helpers (they are rare and
 // off the read path).
 //
-// Thread safety: read() serialises callers on the ring with a mutex (one ring
-// per backend); the other calls are thread-safe. Ownership: owns the ring
-// (torn down in the destructor, after the last read returned).
+// Thread safety: all calls are thread-safe. A ring is not, so each read() call
+// takes a ring of its own from a small free list (growing to the number of
+// threads reading at once), and concurrent callers do not serialise.
+// Ownership: owns its rings (torn down in the destructor; no read() may be
+// running then).
 #pragma once
 
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "transport/storage/backend.hpp"
 
@@ -36,10 +39,17 @@ public:
   caf::error make_dir(const std::string& dir) override;
 
 private:
-  io_uring_backend(std::unique_ptr<io_uring> ring, uint32_t depth);
+  struct ring_deleter {
+    void operator()(io_uring* ring) const;
+  };
+  using ring_ptr = std::unique_ptr<io_uring, ring_deleter>;
+
+  io_uring_backend(ring_ptr ring, uint32_t depth);
+
+  static caf::expected<ring_ptr> make_ring(uint32_t depth);
 
   std::mutex mtx_;
-  std::unique_ptr<io_uring> ring_;
+  std::vector<ring_ptr> free_rings_;
   uint32_t depth_;
 };
 

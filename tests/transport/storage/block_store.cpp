@@ -250,3 +250,38 @@ TEST_CASE("concurrent writers of the same block stay correct") {
   CHECK_EQ(names->size(), 1u); // no temporary file left behind
   CHECK(store->read_full(h, buf->data()));
 }
+
+TEST_CASE("concurrent readers each get a ring (io_uring) or a worker") {
+  for (auto kind : {backend_kind::io_uring, backend_kind::pread}) {
+    CAPTURE(to_string(kind));
+    dualpath::test::temp_dir dir{"dp-store"};
+    auto store = open_store(dir.path(), kind, io_mode::direct);
+    auto tokens = seq(0, 64);
+    REQUIRE(populate(*store, {tokens}));
+    auto hashes = block_hashes(tokens, 8);
+    std::atomic<int> bad{0};
+    std::vector<std::thread> readers;
+    for (int t = 0; t < 4; ++t)
+      readers.emplace_back([&] {
+        auto geo = store->geometry();
+        std::vector<aligned_buffer> bufs;
+        std::vector<std::byte*> ptrs;
+        for (size_t i = 0; i < hashes.size(); ++i) {
+          bufs.push_back(std::move(*aligned_buffer::make(geo.file_bytes())));
+          ptrs.push_back(bufs.back().data());
+        }
+        for (int k = 0; k < 10; ++k) {
+          auto errs = store->read_full_batch(hashes, ptrs);
+          for (size_t i = 0; i < errs.size(); ++i)
+            if (errs[i]
+                || !kv_check_layer(hashes[i], 3, geo.block_tokens,
+                                   geo.bytes_per_token_layer,
+                                   ptrs[i] + geo.layer_offset(3)))
+              ++bad;
+        }
+      });
+    for (auto& r : readers)
+      r.join();
+    CHECK_EQ(bad.load(), 0);
+  }
+}

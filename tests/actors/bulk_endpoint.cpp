@@ -20,8 +20,8 @@ namespace bulk = dualpath::transport::bulk;
 
 namespace {
 
-struct config : caf::actor_system_config {
-  config() {
+struct test_config : caf::actor_system_config {
+  test_config() {
     dualpath::actors::add_message_types(*this);
   }
 };
@@ -49,7 +49,7 @@ T ask(caf::scoped_actor& self, const Handle& h, Ts&&... xs) {
 } // namespace
 
 TEST_CASE("endpoints connect and move a batch's bytes outside CAF") {
-  config cfg;
+  test_config cfg;
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   auto be_a = tcp("a");

@@ -6,6 +6,7 @@
 #include "actors/type_ids.hpp"
 #include "config/errors.hpp"
 #include "gpu/errors.hpp"
+#include "scheduler/workload/errors.hpp"
 #include "transport/errors.hpp"
 #include "transport/storage/errors.hpp"
 #include "transport/type_ids.hpp"
@@ -44,6 +45,7 @@ void add_message_types(caf::actor_system_config& cfg) {
   transport::storage::add_error_category(cfg);
   gpu::add_error_category(cfg);
   config::add_error_category(cfg);
+  scheduler::workload::add_error_category(cfg);
 }
 
 std::vector<std::string> registered_type_names() {

@@ -100,5 +100,6 @@ std::vector<std::unique_ptr<command>> make_commands();
 // One factory per subcommand file.
 std::unique_ptr<command> make_plan_command();
 std::unique_ptr<command> make_config_command();
+std::unique_ptr<command> make_run_command();
 
 } // namespace dualpath::cmd

@@ -30,6 +30,14 @@ void add_hardware(std::vector<key_spec>& out) {
                          range::above_at_most(0, 1)));
   out.push_back(
       real_key("hardware.hbm_gib", 80, "GiB", "HBM per GPU.", range::above(0)));
+  out.push_back(real_key("hardware.hbm_tbps", 3.35, "TB/s",
+                         "HBM bandwidth per GPU (H100/H800 SXM: 3.35; H200: "
+                         "4.8); bounds decode steps.",
+                         range::above(0)));
+  out.push_back(real_key("hardware.hbm_efficiency", 0.8, "",
+                         "Achieved fraction of hbm_tbps in decode "
+                         "(assumption; the paper does not state it).",
+                         range::above_at_most(0, 1)));
   out.push_back(real_key("hardware.dram_buffer_gib", 80, "GiB",
                          "DRAM buffer for KV per node (paper: 80 GB for "
                          "DeepSeek models, 320 GB for Qwen).",

@@ -58,12 +58,34 @@ void add_run(std::vector<key_spec>& out) {
   out.push_back(int_key("run.decode_nodes", 4, "nodes", "Decode nodes (D).",
                         range::at_least(1)));
   out.push_back(real_key("run.time_scale", 1.0, "",
-                         "Emulated time per real time (2: everything takes "
-                         "twice as long).",
+                         "Emulated seconds per wall-clock second: the "
+                         "emulated cluster runs this many times faster than "
+                         "real time (all link and compute times shrink by "
+                         "it; reported times are emulated).",
                          range::above(0)));
-  out.push_back(real_key("run.byte_scale", 1.0, "",
-                         "Bytes actually moved per emulated byte.",
-                         range::above(0)));
+  out.push_back(int_key("run.byte_scale", 1, "",
+                        "Nominal KV bytes per real byte moved: real copies "
+                        "carry ceil(kv_bytes_per_token_layer / byte_scale) "
+                        "bytes per token and layer, timing uses the nominal "
+                        "sizes.",
+                        range::at_least(1)));
+  out.push_back(int_key("run.turns", 2, "turns",
+                        "Turns replayed per trajectory, from the middle of "
+                        "each trajectory (earlier turns are history already "
+                        "in storage).",
+                        range::at_least(1)));
+  out.push_back(string_key("run.modes", "all",
+                           "Modes run one after another: all (basic, "
+                           "dualpath, oracle), ablation (basic, layerwise, "
+                           "dualpath, oracle) or a comma list of basic, "
+                           "layerwise, dualpath, oracle."));
+  out.push_back(real_key("run.aps", 0, "agents/s",
+                         "Online arrivals: agents per emulated second "
+                         "(Poisson); 0 = offline, every agent at once.",
+                         range::at_least(0)));
+  out.push_back(int_key("run.wall_limit_s", 600, "s",
+                        "Wall-clock limit of one mode's replay.",
+                        range::at_least(1)));
 }
 
 void add_caf(std::vector<key_spec>& out) {

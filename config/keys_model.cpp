@@ -30,6 +30,10 @@ void add_model(std::vector<key_spec>& out) {
   out.push_back(int_key("model.attn_v_dim", 512, "",
                         "Value dimension per head as computed.",
                         range::at_least(1)));
+  out.push_back(real_key("model.weight_bytes_per_param", 1, "bytes",
+                         "Bytes per weight as stored (FP8: 1, BF16: 2); "
+                         "decode steps read the active weights from HBM.",
+                         range::above(0)));
 }
 
 } // namespace dualpath::config::keys

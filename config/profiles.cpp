@@ -21,7 +21,9 @@ std::vector<profile> build_profiles() {
        kv{"hardware.cnic_gbps", 400.0}, kv{"hardware.snic_gbps", 400.0},
        kv{"hardware.snic_per_node", int64_t{1}}, kv{"hardware.dram_gbs", 500.0},
        kv{"hardware.gpu_tflops", 989.0}, kv{"hardware.gpu_efficiency", 0.5},
-       kv{"hardware.hbm_gib", 80.0}, kv{"hardware.dram_buffer_gib", 80.0}}});
+       kv{"hardware.hbm_gib", 80.0}, kv{"hardware.hbm_tbps", 3.35},
+       kv{"hardware.hbm_efficiency", 0.8},
+       kv{"hardware.dram_buffer_gib", 80.0}}});
   // -- models
   // ------------------------------------------------------------------
   out.push_back(profile{
@@ -37,7 +39,8 @@ std::vector<profile> build_profiles() {
        kv{"model.attention", std::string{"mla"}},
        kv{"model.attn_heads", int64_t{128}},
        kv{"model.attn_qk_dim", int64_t{576}},
-       kv{"model.attn_v_dim", int64_t{512}}}});
+       kv{"model.attn_v_dim", int64_t{512}},
+       kv{"model.weight_bytes_per_param", 1.0}}});
   out.push_back(profile{
       "model",
       "ds-27b",
@@ -53,7 +56,8 @@ std::vector<profile> build_profiles() {
        kv{"model.attention", std::string{"mla"}},
        kv{"model.attn_heads", int64_t{16}},
        kv{"model.attn_qk_dim", int64_t{576}},
-       kv{"model.attn_v_dim", int64_t{512}}}});
+       kv{"model.attn_v_dim", int64_t{512}},
+       kv{"model.weight_bytes_per_param", 1.0}}});
   out.push_back(profile{
       "model",
       "qwen-32b",
@@ -67,7 +71,8 @@ std::vector<profile> build_profiles() {
        kv{"model.attention", std::string{"gqa"}},
        kv{"model.attn_heads", int64_t{40}},
        kv{"model.attn_qk_dim", int64_t{128}},
-       kv{"model.attn_v_dim", int64_t{128}}}});
+       kv{"model.attn_v_dim", int64_t{128}},
+       kv{"model.weight_bytes_per_param", 2.0}}});
   // -- workloads (Table 2 means)
   // -----------------------------------------------
   auto trace = [&](std::string name, int64_t turns, int64_t append, int64_t gen,

@@ -1,0 +1,337 @@
+#include "actors/cluster/cluster.hpp"
+
+#include <cmath>
+
+#include <caf/all.hpp>
+
+#include "actors/decode_engine.hpp"
+#include "actors/prefill_engine.hpp"
+#include "actors/scheduler.hpp"
+#include "actors/storage_reader.hpp"
+#include "gpu/device.hpp"
+#include "scheduler/thresholds.hpp"
+#include "transport/bulk/backend.hpp"
+#include "transport/storage/block_store.hpp"
+#include "transport/storage/buffer_pool.hpp"
+
+namespace dualpath::actors::cluster {
+
+namespace {
+
+caf::error bad_config(const std::string& what) {
+  return caf::make_error(caf::sec::invalid_argument, what);
+}
+
+// Gb/s (network, decimal) to bytes/s.
+uint64_t gbps_to_bytes(double gbps) {
+  return static_cast<uint64_t>(gbps * 1e9 / 8);
+}
+
+} // namespace
+
+uint64_t kv_bytes_per_token(const gpu::model_shape& m) {
+  return m.kv_bytes_per_token_layer * m.layers;
+}
+
+uint64_t real_bytes_per_token_layer(const cluster_spec& spec) {
+  return real_bytes(spec.model.kv_bytes_per_token_layer, spec.byte_scale);
+}
+
+caf::expected<cluster_spec> spec_from(const config::settings& cfg,
+                                      load_mode mode) {
+  cluster_spec s;
+  s.prefill_nodes = static_cast<uint32_t>(cfg.integer("run.prefill_nodes"));
+  s.decode_nodes = static_cast<uint32_t>(cfg.integer("run.decode_nodes"));
+  s.gpus_per_node =
+      static_cast<uint32_t>(cfg.integer("hardware.gpus_per_node"));
+  s.snic_bytes_per_s = gbps_to_bytes(
+      cfg.real("hardware.snic_gbps")
+      * static_cast<double>(cfg.integer("hardware.snic_per_node")));
+  s.cnic_bytes_per_s = gbps_to_bytes(cfg.real("hardware.cnic_gbps"));
+  s.dram_bytes_per_s =
+      static_cast<uint64_t>(cfg.real("hardware.dram_gbs") * 1e9);
+  s.model.name = cfg.string("model.name");
+  s.model.layers = static_cast<uint32_t>(cfg.integer("model.layers"));
+  s.model.active_params = cfg.real("model.active_params");
+  s.model.attention_heads =
+      static_cast<uint32_t>(cfg.integer("model.attn_heads"));
+  s.model.qk_head_dim = static_cast<uint32_t>(cfg.integer("model.attn_qk_dim"));
+  s.model.v_head_dim = static_cast<uint32_t>(cfg.integer("model.attn_v_dim"));
+  s.model.kv_bytes_per_token_layer =
+      static_cast<uint64_t>(cfg.integer("model.kv_bytes_per_token_layer"));
+  s.model.weight_bytes_per_param = cfg.real("model.weight_bytes_per_param");
+  s.gpu.name = cfg.string("hardware.profile");
+  s.gpu.tflops = cfg.real("hardware.gpu_tflops");
+  s.gpu.compute_efficiency = cfg.real("hardware.gpu_efficiency");
+  s.gpu.hbm_tbps = cfg.real("hardware.hbm_tbps");
+  s.gpu.hbm_efficiency = cfg.real("hardware.hbm_efficiency");
+  s.hbm_bytes =
+      static_cast<uint64_t>(cfg.real("hardware.hbm_gib") * double(1ull << 30));
+  s.dram_buffer_bytes = static_cast<uint64_t>(
+      cfg.real("hardware.dram_buffer_gib") * double(1ull << 30));
+  s.block_tokens = static_cast<uint32_t>(cfg.integer("storage.block_tokens"));
+  s.byte_scale = static_cast<uint32_t>(cfg.integer("run.byte_scale"));
+  s.time_scale = cfg.real("run.time_scale");
+  s.mode = mode;
+  s.layer_window = static_cast<uint32_t>(cfg.integer("engines.layer_window"));
+  s.fetch_period_ns = cfg.integer("scheduler.fetch_period_ms") * 1'000'000;
+  s.reader_buffer_bytes =
+      static_cast<uint64_t>(cfg.integer("storage.buffer_mib")) << 20;
+  s.reader_io_threads =
+      static_cast<uint32_t>(cfg.integer("storage.io_threads"));
+  s.reader_queue_depth =
+      static_cast<uint32_t>(cfg.integer("storage.queue_depth"));
+  if (auto why = gpu::validate(s.model); !why.empty())
+    return bad_config("model: " + why);
+  if (auto why = gpu::validate(s.gpu); !why.empty())
+    return bad_config("hardware: " + why);
+  // Policy: Basic and layerwise-only place round robin and read on the PE
+  // side; DualPath runs the paper's scheduler (split reads unless disabled);
+  // Oracle places like DualPath but moves no bytes.
+  auto kvpt = static_cast<double>(kv_bytes_per_token(s.model));
+  s.policy.limits.alpha_tokens =
+      scheduler::derive_alpha(static_cast<double>(s.snic_bytes_per_s), kvpt,
+                              cfg.real("scheduler.alpha_s"));
+  auto flops_per_token = 2 * s.model.active_params;
+  auto tokens_per_s = scheduler::prefill_tokens_per_s(
+      s.gpu.tflops * 1e12, s.gpu.compute_efficiency, flops_per_token, 1.0);
+  s.policy.limits.beta_tokens =
+      scheduler::derive_beta(tokens_per_s, cfg.real("scheduler.beta_s"));
+  s.policy.de_headroom = cfg.real("scheduler.de_headroom");
+  switch (mode) {
+    case load_mode::basic:
+    case load_mode::layerwise:
+      s.policy.kind = scheduler::policy_kind::basic;
+      s.policy.reads = scheduler::read_mode::pe_only;
+      break;
+    case load_mode::dualpath:
+    case load_mode::oracle:
+      s.policy.kind = scheduler::policy_kind::dualpath;
+      s.policy.reads = cfg.boolean("scheduler.split_reads")
+                           ? scheduler::read_mode::split
+                           : scheduler::read_mode::shorter_queue;
+      break;
+  }
+  return s;
+}
+
+embedded_cluster::embedded_cluster(caf::actor_system& sys, cluster_spec spec)
+    : sys_(sys), spec_(std::move(spec)) {
+  // nop
+}
+
+embedded_cluster::~embedded_cluster() {
+  shutdown();
+}
+
+void embedded_cluster::shutdown() {
+  if (stopped_)
+    return;
+  stopped_ = true;
+  caf::scoped_actor self{sys_};
+  auto stop = [&](const caf::actor& hdl) {
+    if (!hdl)
+      return;
+    self->monitor(hdl);
+    self->send_exit(hdl, caf::exit_reason::user_shutdown);
+    self->receive([](const caf::down_msg&) {});
+  };
+  // Engines first (they use readers and the scheduler), then the scheduler,
+  // then readers; resources die with the nodes afterwards.
+  for (auto i = actors_.rbegin(); i != actors_.rend(); ++i)
+    stop(*i);
+  stop(caf::actor_cast<caf::actor>(scheduler_));
+  for (auto& n : nodes_)
+    stop(caf::actor_cast<caf::actor>(n->reader));
+  actors_.clear();
+  nodes_.clear();
+  keep_alive_.clear();
+}
+
+std::vector<snic_usage> embedded_cluster::snic_usage_now() const {
+  std::vector<snic_usage> out;
+  for (auto& n : nodes_)
+    out.push_back(
+        snic_usage{n->name, n->role, n->snic->bytes(), n->snic->rate()});
+  return out;
+}
+
+caf::expected<std::unique_ptr<embedded_cluster>>
+embedded_cluster::make(caf::actor_system& sys, const cluster_spec& spec,
+                       std::shared_ptr<transport::storage::block_store> store) {
+  if (!store)
+    return bad_config("embedded cluster needs a block store");
+  std::unique_ptr<embedded_cluster> c{new embedded_cluster(sys, spec)};
+  c->time_ = emulated_time{sys.clock().now(), spec.time_scale};
+  auto fabric = transport::bulk::make_local_fabric();
+  auto file_bytes = store->geometry().file_bytes();
+  // -- nodes
+  // -------------------------------------------------------------------
+  scheduler_config sched;
+  sched.policy = spec.policy;
+  sched.block_tokens = spec.block_tokens;
+  sched.kv_bytes_per_token = kv_bytes_per_token(spec.model);
+  sched.store = store;
+  auto read_tokens_per_s = static_cast<double>(spec.snic_bytes_per_s)
+                           / static_cast<double>(sched.kv_bytes_per_token);
+  auto total_nodes = spec.prefill_nodes + spec.decode_nodes;
+  for (uint32_t n = 0; n < total_nodes; ++n) {
+    auto role =
+        n < spec.prefill_nodes ? engine_role::prefill : engine_role::decode;
+    auto node = std::make_shared<node_resources>();
+    node->role = role;
+    node->name = role == engine_role::prefill
+                     ? "pe" + std::to_string(n)
+                     : "de" + std::to_string(n - spec.prefill_nodes);
+    node->snic = std::make_shared<emulated_link>(node->name + ".snic",
+                                                 spec.snic_bytes_per_s);
+    node->dram = std::make_shared<emulated_link>(node->name + ".dram",
+                                                 spec.dram_bytes_per_s);
+    for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
+      auto gpu = node->name + ".cnic" + std::to_string(g);
+      node->cnic_rx.push_back(
+          std::make_shared<emulated_link>(gpu + ".rx", spec.cnic_bytes_per_s));
+      node->cnic_tx.push_back(
+          std::make_shared<emulated_link>(gpu + ".tx", spec.cnic_bytes_per_s));
+    }
+    transport::bulk::options bopts;
+    bopts.backend = "local";
+    bopts.node = node->name;
+    auto bulk = transport::bulk::make_local_backend(bopts, fabric);
+    if (!bulk)
+      return bulk.error();
+    node->bulk = std::shared_ptr<transport::bulk::backend>(std::move(*bulk));
+    node->store = store;
+    // The reader's buffer pool, registered once with the bulk transport.
+    auto pool = transport::storage::buffer_pool::make(spec.reader_buffer_bytes,
+                                                      file_bytes);
+    if (!pool)
+      return pool.error();
+    auto reg = node->bulk->register_region((*pool)->base(), (*pool)->size());
+    if (!reg)
+      return reg.error();
+    storage_reader_config rc;
+    rc.node = node->name;
+    rc.region_id = reg->id();
+    rc.region_key = reg->describe().key;
+    rc.store = store;
+    rc.pool = *pool;
+    rc.io_threads = spec.reader_io_threads;
+    rc.max_inflight = spec.reader_queue_depth;
+    // Pacing in emulated time: nominal bytes on the node's storage NIC.
+    rc.pace = [link = node->snic, time = c->time_, scale = spec.byte_scale](
+                  uint64_t bytes, emulated_time::time_point now) {
+      auto emu_now = time.to_emulated(now);
+      auto done = link->reserve(bytes * scale, emu_now);
+      return now + time.to_actor(done - emu_now);
+    };
+    // Persist sources are regions of this node (a decode engine's DRAM
+    // buffer) in this process; anything else is refused.
+    rc.resolve =
+        [name = node->name](
+            const remote_region& r) -> caf::expected<const std::byte*> {
+      if (r.node != name)
+        return caf::make_error(caf::sec::invalid_argument,
+                               "persist source of node " + r.node
+                                   + " is not local to " + name);
+      return reinterpret_cast<const std::byte*>(r.base) + r.offset;
+    };
+    auto reader = spawn_storage_reader(sys, std::move(rc));
+    if (!reader)
+      return reader.error();
+    node->reader = *reader;
+    c->keep_alive_.push_back(
+        std::make_shared<transport::bulk::local_registration>(std::move(*reg)));
+    c->keep_alive_.push_back(*pool);
+    sched.nodes.push_back(scheduler::node_state{0, read_tokens_per_s});
+    c->nodes_.push_back(std::move(node));
+  }
+  // -- engines and scheduler
+  // ------------------------------------------------------
+  for (uint32_t n = 0; n < total_nodes; ++n) {
+    auto& node = c->nodes_[n];
+    for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
+      scheduled_engine e;
+      e.id = engine_id{node->name, node->role, g};
+      e.node = n;
+      if (node->role == engine_role::prefill) {
+        e.group = n;
+        sched.prefill.push_back(e);
+      } else {
+        e.group = n - spec.prefill_nodes;
+        sched.decode.push_back(e);
+      }
+    }
+  }
+  auto scheduler = spawn_scheduler(sys, std::move(sched));
+  if (!scheduler)
+    return scheduler.error();
+  c->scheduler_ = *scheduler;
+  caf::scoped_actor self{sys};
+  for (uint32_t n = 0; n < total_nodes; ++n) {
+    auto& node = c->nodes_[n];
+    std::vector<caf::actor> members;
+    std::vector<engine_config> configs;
+    for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
+      engine_config ec;
+      ec.id = engine_id{node->name, node->role, g};
+      ec.group =
+          node->role == engine_role::prefill ? n : n - spec.prefill_nodes;
+      ec.mode = spec.mode;
+      ec.layer_window = spec.layer_window;
+      ec.model.layers = spec.model.layers;
+      ec.model.block_tokens = spec.block_tokens;
+      ec.model.nominal_bytes_per_token_layer =
+          spec.model.kv_bytes_per_token_layer;
+      ec.model.real_bytes_per_token_layer = real_bytes_per_token_layer(spec);
+      ec.model.active_params = spec.model.active_params;
+      ec.model.attn_heads = spec.model.attention_heads;
+      ec.model.attn_qk_dim = spec.model.qk_head_dim;
+      ec.model.attn_v_dim = spec.model.v_head_dim;
+      ec.time = c->time_;
+      ec.byte_scale = spec.byte_scale;
+      ec.node = node;
+      gpu::device_options dopts;
+      dopts.backend = gpu::backend_choice::host;
+      dopts.hbm_budget =
+          std::max<uint64_t>(real_bytes(spec.hbm_bytes, spec.byte_scale), 1);
+      auto dev = gpu::make_host_device(dopts);
+      if (!dev)
+        return dev.error();
+      ec.device = *dev;
+      ec.gpu_flops = spec.gpu.tflops * 1e12 * spec.gpu.compute_efficiency;
+      ec.hbm_bytes = spec.hbm_bytes;
+      ec.hbm_bandwidth = spec.gpu.hbm_tbps * 1e12 * spec.gpu.hbm_efficiency;
+      ec.dram_buffer_bytes = spec.dram_buffer_bytes / spec.gpus_per_node;
+      ec.fetch_period_ns = spec.fetch_period_ns;
+      ec.scheduler = caf::actor_cast<caf::actor>(c->scheduler_);
+      configs.push_back(std::move(ec));
+    }
+    // Members first, the leader (rank 0) last, so it knows its group.
+    for (uint32_t g = spec.gpus_per_node; g-- > 0;) {
+      auto& ec = configs[g];
+      if (g == 0)
+        ec.group_members = members;
+      caf::actor hdl;
+      if (node->role == engine_role::prefill) {
+        hdl = caf::actor_cast<caf::actor>(spawn_prefill_engine(sys, ec));
+      } else {
+        hdl = caf::actor_cast<caf::actor>(spawn_decode_engine(sys, ec));
+      }
+      members.insert(members.begin(), hdl);
+      c->actors_.push_back(hdl);
+      bool enrolled = false;
+      self->request(c->scheduler_, std::chrono::seconds(10), enroll_atom_v,
+                    engine_registration{ec.id, ec.group, hdl})
+          .receive([&](bool ok) { enrolled = ok; },
+                   [&](caf::error&) { enrolled = false; });
+      if (!enrolled)
+        return bad_config("engine " + ec.id.node + "/"
+                          + std::to_string(ec.id.rank)
+                          + " could not enroll with the scheduler");
+    }
+  }
+  return c;
+}
+
+} // namespace dualpath::actors::cluster

@@ -1,0 +1,120 @@
+// An emulated cluster inside one process: P prefill nodes and D decode nodes,
+// each with its own storage NIC, DRAM and compute NICs (paced links), storage
+// reader and DRAM buffer pool, bulk transport endpoint (local backend on a
+// shared in-process fabric) and one engine per GPU (host device standing in
+// for HBM), plus the global scheduler. All nodes share one real block store.
+//
+// The same actors run across processes (`dualpath node`); this builder is
+// the single-process assembly used by `dualpath run` and the tests.
+//
+// Ownership: an embedded_cluster owns its nodes' resources and actors; its
+// destructor stops the actors (and waits for them) before the resources they
+// use are destroyed. The block store is shared with the caller, who may reuse
+// it for the next mode.
+// Thread safety: build and destroy from one thread; the actors run on the
+// actor system's threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/expected.hpp>
+
+#include "actors/cluster/report.hpp"
+#include "actors/engine_context.hpp"
+#include "actors/scheduler_actor.hpp"
+#include "config/settings.hpp"
+#include "gpu/compute_model.hpp"
+#include "scheduler/policy.hpp"
+
+namespace dualpath::transport::storage {
+class block_store;
+} // namespace dualpath::transport::storage
+
+namespace dualpath::actors::cluster {
+
+/// Everything the cluster is built from (derived from the configuration).
+struct cluster_spec {
+  uint32_t prefill_nodes = 2;
+  uint32_t decode_nodes = 4;
+  uint32_t gpus_per_node = 8;
+  uint64_t snic_bytes_per_s = 50'000'000'000;
+  uint64_t cnic_bytes_per_s = 50'000'000'000;
+  uint64_t dram_bytes_per_s = 500'000'000'000;
+  gpu::model_shape model;
+  gpu::gpu_rate gpu;
+  uint64_t hbm_bytes = 80ull << 30;         ///< Per GPU, nominal.
+  uint64_t dram_buffer_bytes = 80ull << 30; ///< Per node, nominal.
+  uint32_t block_tokens = 64;
+  uint32_t byte_scale = 1; ///< Nominal bytes per real byte.
+  double time_scale = 1.0; ///< Emulated seconds per wall second.
+  load_mode mode = load_mode::dualpath;
+  scheduler::policy_config policy;
+  uint32_t layer_window = 2;
+  int64_t fetch_period_ns = 10'000'000;
+  uint64_t reader_buffer_bytes = 1ull << 30; ///< Real bytes per reader.
+  uint32_t reader_io_threads = 2;
+  uint32_t reader_queue_depth = 8;
+};
+
+/// Reads a cluster_spec from the configuration for `mode`. Fails naming the
+/// key when values do not fit together (e.g. a byte scale that leaves no real
+/// byte per token and layer).
+caf::expected<cluster_spec> spec_from(const config::settings& cfg,
+                                      load_mode mode);
+
+/// Nominal KV bytes of one token over all layers.
+uint64_t kv_bytes_per_token(const gpu::model_shape& m);
+
+/// The real bytes per token per layer the block store holds.
+uint64_t real_bytes_per_token_layer(const cluster_spec& spec);
+
+class embedded_cluster {
+public:
+  /// Builds and starts every node, engine and the scheduler. `store` must
+  /// have the spec's geometry (layers, block_tokens, real bytes).
+  static caf::expected<std::unique_ptr<embedded_cluster>>
+  make(caf::actor_system& sys, const cluster_spec& spec,
+       std::shared_ptr<transport::storage::block_store> store);
+
+  ~embedded_cluster();
+
+  embedded_cluster(const embedded_cluster&) = delete;
+  embedded_cluster& operator=(const embedded_cluster&) = delete;
+
+  const scheduler_actor& scheduler() const {
+    return scheduler_;
+  }
+
+  /// Maps the actor clock to emulated time (started when the cluster was).
+  const emulated_time& time() const {
+    return time_;
+  }
+
+  /// Nominal bytes each storage NIC moved so far.
+  std::vector<snic_usage> snic_usage_now() const;
+
+  const std::vector<node_ptr>& nodes() const {
+    return nodes_;
+  }
+
+  /// Stops every actor and waits for them (also done by the destructor).
+  void shutdown();
+
+private:
+  embedded_cluster(caf::actor_system& sys, cluster_spec spec);
+
+  caf::actor_system& sys_;
+  cluster_spec spec_;
+  emulated_time time_;
+  std::vector<node_ptr> nodes_;
+  std::vector<std::shared_ptr<void>> keep_alive_; // pools, registrations
+  std::vector<caf::actor> actors_;                // engines, readers
+  scheduler_actor scheduler_;
+  bool stopped_ = false;
+};
+
+} // namespace dualpath::actors::cluster

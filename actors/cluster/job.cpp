@@ -1,0 +1,276 @@
+#include "actors/cluster/job.hpp"
+
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "actors/cluster/cluster.hpp"
+#include "actors/cluster/replay.hpp"
+#include "actors/register.hpp"
+#include "scheduler/workload/generator.hpp"
+#include "scheduler/workload/trace_file.hpp"
+#include "transport/storage/block_store.hpp"
+
+namespace dualpath::actors::cluster {
+
+namespace workload = scheduler::workload;
+
+namespace {
+
+caf::error job_error(const std::string& what) {
+  return caf::make_error(caf::sec::runtime_error, what);
+}
+
+// A temporary directory removed with everything in it on destruction.
+struct scratch_dir {
+  std::string path;
+  bool owned = false;
+  ~scratch_dir() {
+    if (owned && !path.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  }
+};
+
+caf::expected<std::string> make_scratch(const std::string& wanted,
+                                        scratch_dir& dir) {
+  if (!wanted.empty()) {
+    dir.path = wanted;
+    return wanted;
+  }
+  auto tmpl =
+      (std::filesystem::temp_directory_path() / "dualpath-run-XXXXXX").string();
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr)
+    return job_error("cannot create a temporary directory from " + tmpl);
+  dir.path = buf.data();
+  dir.owned = true;
+  return dir.path;
+}
+
+struct run_config : caf::actor_system_config {
+  explicit run_config(const config::settings& cfg) {
+    actors::add_message_types(*this);
+    set("scheduler.policy",
+        caf::atom_from_string(cfg.string("caf.scheduler_policy")));
+    if (cfg.boolean("caf.profiling")) {
+      set("scheduler.enable-profiling", true);
+      auto file = cfg.string("caf.profiling_file");
+      if (!file.empty())
+        set("scheduler.profiling-output-file", file);
+    }
+  }
+};
+
+// Samples every node's storage-NIC bytes while a mode runs.
+class snic_sampler {
+public:
+  snic_sampler(const embedded_cluster& c, caf::actor_system& sys,
+               std::chrono::milliseconds period, mode_timeline& out)
+      : cluster_(c), sys_(sys), period_(period), out_(out) {
+    thread_ = std::thread([this] { loop(); });
+  }
+
+  ~snic_sampler() {
+    stop_ = true;
+    thread_.join();
+    sample(); // the final state
+  }
+
+private:
+  void sample() {
+    snic_sample s;
+    s.t_s =
+        static_cast<double>(cluster_.time().since_start_ns(sys_.clock().now()))
+        / 1e9;
+    for (auto& u : cluster_.snic_usage_now())
+      s.bytes.push_back(u.bytes);
+    std::lock_guard<std::mutex> guard{mtx_};
+    out_.samples.push_back(std::move(s));
+  }
+
+  void loop() {
+    while (!stop_) {
+      sample();
+      std::this_thread::sleep_for(period_);
+    }
+  }
+
+  const embedded_cluster& cluster_;
+  caf::actor_system& sys_;
+  std::chrono::milliseconds period_;
+  mode_timeline& out_;
+  std::mutex mtx_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+} // namespace
+
+caf::expected<workload::trace> job_trace(const config::settings& cfg,
+                                         const job_options& opts) {
+  auto max_len = static_cast<uint64_t>(cfg.integer("workload.max_len"));
+  workload::trace full;
+  if (opts.trace_file) {
+    auto loaded = workload::load_trace(*opts.trace_file, max_len);
+    if (!loaded)
+      return loaded.error();
+    full = std::move(*loaded);
+  } else {
+    workload::generator_params p;
+    p.turns = static_cast<uint32_t>(cfg.integer("workload.turns"));
+    p.append_tokens =
+        static_cast<uint32_t>(cfg.integer("workload.append_tokens"));
+    p.gen_tokens = static_cast<uint32_t>(cfg.integer("workload.gen_tokens"));
+    p.context_tokens =
+        static_cast<uint64_t>(cfg.integer("workload.context_tokens"));
+    p.max_len = max_len;
+    p.agents = static_cast<uint32_t>(cfg.integer("workload.agents"));
+    p.seed = static_cast<uint64_t>(cfg.integer("workload.seed"));
+    auto gen = workload::generate(p);
+    if (!gen)
+      return gen.error();
+    full = std::move(*gen);
+  }
+  if (opts.turns == 0)
+    return job_error("run.turns must be at least 1");
+  // Each trajectory replays `turns` turns from the middle of its own length;
+  // what comes before is history that the store holds when replay starts.
+  workload::trace out;
+  for (auto& t : full) {
+    if (t.turns.empty())
+      continue;
+    auto copy = t;
+    auto first = static_cast<uint32_t>(copy.turns.size() / 2);
+    first = std::max(first, copy.history_turns);
+    if (first >= copy.turns.size())
+      first = static_cast<uint32_t>(copy.turns.size() - 1);
+    copy.history_turns = first;
+    auto end = std::min<size_t>(copy.turns.size(), first + opts.turns);
+    copy.turns.resize(end);
+    out.push_back(std::move(copy));
+  }
+  if (out.empty())
+    return job_error("the trace has no turn to replay");
+  return out;
+}
+
+caf::expected<job_result> run_job(const config::settings& cfg,
+                                  const job_options& opts) {
+  auto wall_start = std::chrono::steady_clock::now();
+  job_result result;
+  auto trace = job_trace(cfg, opts);
+  if (!trace)
+    return trace.error();
+  // -- the block store, pre-populated with every trajectory's history --------
+  auto spec0 = spec_from(cfg, load_mode::dualpath);
+  if (!spec0)
+    return spec0.error();
+  result.byte_scale = spec0->byte_scale;
+  result.time_scale = spec0->time_scale;
+  scratch_dir dir;
+  auto store_dir = make_scratch(opts.store_dir, dir);
+  if (!store_dir)
+    return store_dir.error();
+  transport::storage::backend_config bc;
+  if (!from_string(cfg.string("storage.backend"), bc.kind))
+    return job_error("storage.backend: unknown backend "
+                     + cfg.string("storage.backend"));
+  bc.queue_depth = static_cast<uint32_t>(cfg.integer("storage.queue_depth"));
+  auto backend = transport::storage::make_backend(bc);
+  if (!backend)
+    return backend.error();
+  transport::storage::store_config sc;
+  sc.directory = *store_dir;
+  sc.model_id = spec0->model.name;
+  sc.geometry.layers = spec0->model.layers;
+  sc.geometry.block_tokens = spec0->block_tokens;
+  sc.geometry.bytes_per_token_layer =
+      static_cast<uint32_t>(real_bytes_per_token_layer(*spec0));
+  sc.mode = cfg.boolean("storage.o_direct")
+                ? transport::storage::io_mode::direct
+                : transport::storage::io_mode::buffered;
+  sc.sync = cfg.boolean("storage.fsync") ? transport::storage::durability::fsync
+                                         : transport::storage::durability::none;
+  auto opened = transport::storage::block_store::open(sc, std::move(*backend));
+  if (!opened)
+    return opened.error();
+  std::shared_ptr<transport::storage::block_store> store{std::move(*opened)};
+  std::vector<std::vector<uint32_t>> histories;
+  double prompt_sum = 0;
+  double hit_sum = 0;
+  for (auto& t : *trace) {
+    auto hist = workload::history_length(t);
+    histories.push_back(workload::tokens(t, 0, hist));
+    auto first_prompt = workload::prompt_length(t, t.history_turns);
+    prompt_sum += static_cast<double>(first_prompt);
+    hit_sum += static_cast<double>(hist) / static_cast<double>(first_prompt);
+    result.requests_per_mode += t.turns.size() - t.history_turns;
+  }
+  result.agents = trace->size();
+  result.mean_prompt_tokens = prompt_sum / static_cast<double>(trace->size());
+  result.mean_hit_share = hit_sum / static_cast<double>(trace->size());
+  auto pop = transport::storage::populate(*store, histories);
+  if (!pop)
+    return pop.error();
+  result.populated_blocks = pop->written + pop->present;
+  histories.clear();
+  // -- the modes
+  // ----------------------------------------------------------------
+  run_config sys_cfg{cfg};
+  caf::actor_system sys{sys_cfg};
+  uint64_t id_base = 1;
+  for (auto mode : opts.modes) {
+    auto spec = spec_from(cfg, mode);
+    if (!spec)
+      return spec.error();
+    auto cluster = embedded_cluster::make(sys, *spec, store);
+    if (!cluster)
+      return cluster.error();
+    mode_timeline timeline;
+    timeline.mode = to_string(mode);
+    for (auto& u : (*cluster)->snic_usage_now()) {
+      timeline.nodes.push_back(u.node);
+      timeline.rates.push_back(u.rate_bytes_per_s);
+    }
+    replay_options ro;
+    ro.aps = opts.aps;
+    ro.seed = static_cast<uint64_t>(cfg.integer("workload.seed"));
+    ro.time = (*cluster)->time();
+    ro.wall_limit = opts.wall_limit;
+    if (opts.progress)
+      ro.progress = [&opts, name = timeline.mode](uint64_t d, uint64_t t) {
+        opts.progress(name, d, t);
+      };
+    caf::expected<replay_outcome> outcome{replay_outcome{}};
+    {
+      snic_sampler sampler{**cluster, sys, opts.sample_period, timeline};
+      outcome = replay(sys, (*cluster)->scheduler(), *trace, ro, id_base);
+    }
+    if (!outcome)
+      return outcome.error();
+    id_base += outcome->records.size();
+    auto report = summarize(to_string(mode), *outcome,
+                            (*cluster)->snic_usage_now(), slo{});
+    for (auto& rec : outcome->records)
+      if (rec.result.verify_failures > 0)
+        result.failures.push_back(verify_failure{to_string(mode), rec.result.id,
+                                                 rec.agent, rec.turn,
+                                                 rec.result.verify_failures});
+    (*cluster)->shutdown();
+    result.modes.push_back(std::move(report));
+    result.timelines.push_back(std::move(timeline));
+  }
+  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now()
+                                                - wall_start)
+                      .count();
+  return result;
+}
+
+} // namespace dualpath::actors::cluster

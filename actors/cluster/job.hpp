@@ -1,0 +1,96 @@
+// The main job behind `dualpath run`: generate (or load) a trace, build a
+// block store pre-populated with every trajectory's history, then for each
+// mode build an embedded cluster on the same trace, hardware and store,
+// replay the trace and summarise it.
+//
+// Replay window: each trajectory replays `turns` turns starting at half of
+// its own length; the earlier turns are history whose KV is written into the
+// store before the first mode runs (so every mode starts from the same
+// storage contents). Persisted blocks of one mode are the same bytes the next
+// mode would write (KV content is deterministic), and each request's result
+// is reported only after its blocks are durable, so modes see equal hits.
+//
+// Thread safety: run_job blocks its caller; it owns the actor system it runs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "actors/cluster/report.hpp"
+#include "actors/engine_context.hpp"
+#include "config/settings.hpp"
+#include "scheduler/workload/trajectory.hpp"
+
+namespace dualpath::actors::cluster {
+
+struct job_options {
+  std::vector<load_mode> modes{load_mode::basic, load_mode::dualpath,
+                               load_mode::oracle};
+  /// Turns replayed per trajectory.
+  uint32_t turns = 2;
+  /// Agents per emulated second (online); 0 = offline.
+  double aps = 0;
+  /// A trace file (JSON lines) to replay instead of generating one.
+  std::optional<std::string> trace_file;
+  /// Where the block store lives ("" = a temporary directory, removed after).
+  std::string store_dir;
+  /// Wall-clock limit per mode.
+  std::chrono::seconds wall_limit{600};
+  /// (mode, requests done, requests total), from an actor thread.
+  std::function<void(const std::string&, uint64_t, uint64_t)> progress;
+  /// Period (wall) of the storage-NIC utilisation samples for timelines.
+  std::chrono::milliseconds sample_period{100};
+};
+
+/// Storage-NIC bytes of every node at one emulated instant.
+struct snic_sample {
+  double t_s = 0;
+  std::vector<uint64_t> bytes; ///< Per node, in nodes' order.
+};
+
+struct mode_timeline {
+  std::string mode;
+  std::vector<std::string> nodes;
+  std::vector<uint64_t> rates; ///< Per node, bytes/s.
+  std::vector<snic_sample> samples;
+};
+
+/// A request whose KV did not verify (mode, request, agent, turn).
+struct verify_failure {
+  std::string mode;
+  uint64_t request = 0;
+  uint64_t agent = 0;
+  uint32_t turn = 0;
+  uint32_t blocks = 0;
+};
+
+struct job_result {
+  std::vector<mode_report> modes;
+  std::vector<mode_timeline> timelines;
+  std::vector<verify_failure> failures;
+  uint64_t agents = 0;
+  uint64_t requests_per_mode = 0;
+  uint64_t populated_blocks = 0;
+  double mean_prompt_tokens = 0;
+  double mean_hit_share = 0; ///< History tokens / prompt tokens, first turn.
+  uint32_t byte_scale = 1;
+  double time_scale = 1;
+  double wall_s = 0;
+};
+
+/// The trace the job replays (generated from workload.* or loaded), with the
+/// replay window applied.
+caf::expected<scheduler::workload::trace> job_trace(const config::settings& cfg,
+                                                    const job_options& opts);
+
+/// Runs every mode of `opts` in order (see file comment).
+caf::expected<job_result> run_job(const config::settings& cfg,
+                                  const job_options& opts);
+
+} // namespace dualpath::actors::cluster

@@ -1,0 +1,67 @@
+// Trace replay: drives a trace of agentic trajectories against a scheduler.
+// Each agent submits its turns one after another (zero think time): turn i+1
+// is submitted when turn i's result arrives. Offline, every agent starts at
+// once; online, agents arrive as a Poisson process at `aps` agents per
+// emulated second. Times are emulated (see actors/emulation.hpp).
+//
+// Ownership: replay() blocks the calling (non-actor) thread until every turn
+// has completed or the wall-clock limit passes; the driver actor it spawns
+// ends with it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/expected.hpp>
+
+#include "actors/emulation.hpp"
+#include "actors/messages.hpp"
+#include "actors/scheduler_actor.hpp"
+#include "scheduler/workload/trajectory.hpp"
+
+namespace dualpath::actors::cluster {
+
+struct replay_options {
+  /// Agents per emulated second (online); 0 = offline (all start together).
+  double aps = 0;
+  /// Seed of the arrival process.
+  uint64_t seed = 1;
+  /// Maps the actor clock to emulated time (shared with the engines).
+  emulated_time time;
+  /// Wall-clock limit for the whole replay (0 = none).
+  std::chrono::seconds wall_limit{0};
+  /// Called from the driver's thread after each completed request with
+  /// (done, total) (optional).
+  std::function<void(uint64_t, uint64_t)> progress;
+};
+
+/// One replayed request.
+struct request_record {
+  uint64_t agent = 0;
+  uint32_t turn = 0;
+  uint64_t prompt_tokens = 0;
+  uint64_t gen_tokens = 0;
+  int64_t arrival_ns = 0; ///< Emulated, since the replay's start.
+  request_result result;
+  bool failed = false; ///< The scheduler answered with an error.
+  std::string error;
+};
+
+struct replay_outcome {
+  std::vector<request_record> records;
+  int64_t jct_ns = 0; ///< Emulated time from start to the last completion.
+  double wall_s = 0;  ///< Wall-clock seconds the replay took.
+};
+
+/// Replays the turns of `trace` that are not history (history_turns onward).
+/// Request ids are `id_base + i`. Fails with caf::sec::request_timeout when
+/// the wall limit passes first.
+caf::expected<replay_outcome> replay(caf::actor_system& sys,
+                                     const scheduler_actor& scheduler,
+                                     const scheduler::workload::trace& trace,
+                                     const replay_options& opts,
+                                     uint64_t id_base = 1);
+
+} // namespace dualpath::actors::cluster

@@ -1,0 +1,73 @@
+// Turning a replay into the numbers `dualpath run` reports: JCT, throughput,
+// TTFT / TTST / TPOT percentiles, SLO attainment, storage-NIC utilisation per
+// side and its Max/Avg across NICs, bytes per path, verification counts; a
+// table for humans and JSON for machines.
+//
+// Thread safety: pure functions over values.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/cluster/replay.hpp"
+
+namespace dualpath::actors::cluster {
+
+/// What one storage NIC moved during a mode's run (nominal bytes).
+struct snic_usage {
+  std::string node;
+  engine_role role = engine_role::prefill;
+  uint64_t bytes = 0;
+  uint64_t rate_bytes_per_s = 0;
+};
+
+/// Service-level objective of the online experiments (brief section 4).
+struct slo {
+  double ttft_s = 4.0;
+  double tpot_s = 0.050;
+};
+
+struct mode_report {
+  std::string mode;
+  uint64_t requests = 0;
+  uint64_t failed_requests = 0;
+  double jct_s = 0;
+  double tokens_per_s = 0; ///< (prompt + generated tokens) / JCT.
+  double ttft_p50_s = 0;
+  double ttft_p99_s = 0;
+  double ttst_p50_s = 0;
+  double ttst_p99_s = 0;
+  double tpot_p50_s = 0;
+  double tpot_p99_s = 0;
+  double slo_attainment = 0; ///< Share of requests meeting both SLOs.
+  double snic_util_pe = 0;   ///< Mean utilisation of prefill-node SNICs.
+  double snic_util_de = 0;   ///< Mean utilisation of decode-node SNICs.
+  double snic_max_over_avg = 0;
+  uint64_t bytes_read_pe_side = 0;
+  uint64_t bytes_read_de_side = 0;
+  uint64_t bytes_compute_net = 0;
+  uint64_t blocks_verified = 0;
+  uint64_t verify_failures = 0;
+  uint64_t recomputed_blocks = 0;
+  uint64_t reroutes = 0;
+  double wall_s = 0;
+};
+
+/// The p-quantile (0..1, nearest rank) of `xs` (0 for an empty vector).
+double quantile(std::vector<double> xs, double p);
+
+/// Summarises one mode's replay and its storage NICs' traffic.
+mode_report summarize(const std::string& mode, const replay_outcome& outcome,
+                      const std::vector<snic_usage>& snics, const slo& goal);
+
+/// The JSON object of one mode (keys as documented in README/`run --help`).
+nlohmann::json to_json(const mode_report& r);
+
+/// A fixed-width table of the modes, one row per metric, one column per mode.
+void print_table(std::ostream& out, const std::vector<mode_report>& modes);
+
+} // namespace dualpath::actors::cluster

@@ -1,0 +1,350 @@
+// `dualpath run`: replays an agentic trace on an embedded emulated cluster in
+// each mode (Basic, DualPath, Oracle by default; the ablation adds the
+// layerwise-only step) and prints them side by side, with the ratios, as a
+// table or JSON, and optionally as plots (gnuplot).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "actors/cluster/job.hpp"
+#include "cmd/command.hpp"
+
+namespace dualpath::cmd {
+
+namespace {
+
+using namespace actors::cluster;
+
+caf::expected<std::vector<actors::load_mode>>
+parse_modes(const std::string& text) {
+  std::vector<actors::load_mode> out;
+  if (text == "all")
+    return std::vector<actors::load_mode>{actors::load_mode::basic,
+                                          actors::load_mode::dualpath,
+                                          actors::load_mode::oracle};
+  if (text == "ablation")
+    return std::vector<actors::load_mode>{
+        actors::load_mode::basic, actors::load_mode::layerwise,
+        actors::load_mode::dualpath, actors::load_mode::oracle};
+  std::stringstream in{text};
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    actors::load_mode m;
+    if (!from_string(item, m))
+      return caf::make_error(
+          caf::sec::invalid_argument,
+          "run.modes: unknown mode '" + item
+              + "' (allowed: all, ablation, or a comma "
+                "list of basic, layerwise, dualpath, oracle)");
+    out.push_back(m);
+  }
+  if (out.empty())
+    return caf::make_error(caf::sec::invalid_argument,
+                           "run.modes: no mode given");
+  return out;
+}
+
+const mode_report* find_mode(const std::vector<mode_report>& xs,
+                             const std::string& name) {
+  for (auto& x : xs)
+    if (x.mode == name)
+      return &x;
+  return nullptr;
+}
+
+double ratio(const mode_report* num, const mode_report* den) {
+  if (num == nullptr || den == nullptr || den->jct_s <= 0)
+    return 0;
+  return num->jct_s / den->jct_s;
+}
+
+// Writes data files and a gnuplot script into `dir`, then runs gnuplot.
+std::string
+write_plots(const std::string& dir, const job_result& res,
+            const std::vector<std::pair<double, job_result>>& sweep) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return "cannot create " + dir + ": " + ec.message();
+  {
+    std::ofstream jct{dir + "/jct.dat"};
+    for (auto& m : res.modes)
+      jct << m.mode << ' ' << m.jct_s << '\n';
+  }
+  std::ofstream gp{dir + "/plots.gnuplot"};
+  gp << "set terminal pngcairo size 900,500\n"
+     << "set output '" << dir << "/jct.png'\n"
+     << "set title 'Job completion time per mode'\nset ylabel 'JCT (s)'\n"
+     << "set style fill solid 0.6\nset boxwidth 0.6\nset yrange [0:*]\n"
+     << "plot '" << dir << "/jct.dat' using 0:2:xtic(1) with boxes notitle\n";
+  for (auto& tl : res.timelines) {
+    auto data = dir + "/snic_" + tl.mode + ".dat";
+    std::ofstream out{data};
+    // Utilisation between consecutive samples, per node.
+    for (size_t i = 1; i < tl.samples.size(); ++i) {
+      auto& a = tl.samples[i - 1];
+      auto& b = tl.samples[i];
+      auto dt = b.t_s - a.t_s;
+      if (dt <= 0)
+        continue;
+      out << b.t_s;
+      for (size_t n = 0; n < tl.nodes.size(); ++n) {
+        auto rate = static_cast<double>(tl.rates[n]);
+        auto u = rate > 0 ? static_cast<double>(b.bytes[n] - a.bytes[n])
+                                / (rate * dt)
+                          : 0;
+        out << ' ' << u;
+      }
+      out << '\n';
+    }
+    gp << "set output '" << dir << "/snic_" << tl.mode << ".png'\n"
+       << "set title 'Storage-NIC utilisation over time: " << tl.mode << "'\n"
+       << "set xlabel 'emulated time (s)'\nset ylabel 'utilisation'\n"
+       << "set yrange [0:1.1]\nplot ";
+    for (size_t n = 0; n < tl.nodes.size(); ++n)
+      gp << (n ? ", " : "") << "'" << data << "' using 1:" << n + 2
+         << " with lines title '" << tl.nodes[n] << "'";
+    gp << "\n";
+  }
+  if (!sweep.empty()) {
+    std::ofstream out{dir + "/ttft_aps.dat"};
+    for (auto& [aps, r] : sweep) {
+      out << aps;
+      for (auto& m : r.modes)
+        out << ' ' << m.ttft_p50_s;
+      out << '\n';
+    }
+    gp << "set output '" << dir << "/ttft_aps.png'\n"
+       << "set title 'TTFT p50 against agent arrival rate'\n"
+       << "set xlabel 'agents per second'\nset ylabel 'TTFT p50 (s)'\n"
+       << "set yrange [0:*]\nplot ";
+    auto& modes = sweep.front().second.modes;
+    for (size_t i = 0; i < modes.size(); ++i)
+      gp << (i ? ", " : "") << "'" << dir << "/ttft_aps.dat' using 1:" << i + 2
+         << " with linespoints title '" << modes[i].mode << "'";
+    gp << "\n";
+  }
+  gp.close();
+  auto cmd = "gnuplot '" + dir + "/plots.gnuplot' 2>&1";
+  if (std::system(cmd.c_str()) != 0)
+    return "gnuplot failed on " + dir + "/plots.gnuplot";
+  return {};
+}
+
+class run_command : public command {
+public:
+  std::string name() const override {
+    return "run";
+  }
+
+  std::string description() const override {
+    return "Replay an agentic trace on an embedded emulated cluster: Basic vs "
+           "DualPath vs Oracle side by side.";
+  }
+
+  void add_options(CLI::App& app, key_flags& flags) override {
+    flags.add(app, "--agents", "workload.agents");
+    flags.add(app, "--turns", "run.turns");
+    flags.add(app, "--prefill-nodes", "run.prefill_nodes");
+    flags.add(app, "--decode-nodes", "run.decode_nodes");
+    flags.add(app, "--mode", "run.modes");
+    flags.add(app, "--aps", "run.aps");
+    flags.add(app, "--time-scale", "run.time_scale");
+    flags.add(app, "--byte-scale", "run.byte_scale");
+    app.add_option("--aps-sweep", sweep_,
+                   "Comma-separated agent arrival rates: runs each mode at "
+                   "each rate and reports each mode's capacity under the SLO "
+                   "(TTFT <= 4 s, TPOT <= 50 ms for 90% of requests).")
+        ->type_name("A,B,...");
+    app.add_option("--trace-file", trace_file_,
+                   "Replay this JSON-lines trace instead of generating one "
+                   "(docs/workload.md).")
+        ->type_name("FILE");
+    app.add_option("--store-dir", store_dir_,
+                   "Keep the block store here (default: a temporary "
+                   "directory, removed afterwards).")
+        ->type_name("DIR");
+    app.add_option("--plot-dir", plot_dir_,
+                   "Write PNG plots (gnuplot) and their data here.")
+        ->type_name("DIR");
+    app.add_flag("--quiet", quiet_, "No progress line.");
+  }
+
+  int run(const invocation& inv) override {
+    auto& cfg = inv.cfg;
+    auto modes = parse_modes(cfg.string("run.modes"));
+    if (!modes)
+      return inv.fail(name(), caf::to_string(modes.error().context()),
+                      exit_usage);
+    job_options opts;
+    opts.modes = *modes;
+    opts.turns = static_cast<uint32_t>(cfg.integer("run.turns"));
+    opts.aps = cfg.real("run.aps");
+    opts.wall_limit = std::chrono::seconds(cfg.integer("run.wall_limit_s"));
+    if (!trace_file_.empty())
+      opts.trace_file = trace_file_;
+    opts.store_dir = store_dir_;
+    if (!quiet_)
+      opts.progress = [](const std::string& mode, uint64_t done,
+                         uint64_t total) {
+        if (done % 16 == 0 || done == total) {
+          std::fprintf(stderr, "\r[%s] requests %llu/%llu   ", mode.c_str(),
+                       static_cast<unsigned long long>(done),
+                       static_cast<unsigned long long>(total));
+          if (done == total)
+            std::fprintf(stderr, "\n");
+        }
+      };
+    std::vector<double> rates;
+    {
+      std::stringstream in{sweep_};
+      std::string item;
+      while (std::getline(in, item, ',')) {
+        if (item.empty())
+          continue;
+        char* end = nullptr;
+        auto x = std::strtod(item.c_str(), &end);
+        if (end == item.c_str() || *end != '\0' || !(x > 0))
+          return inv.fail(name(),
+                          "--aps-sweep: '" + item
+                              + "' is not a positive number of agents per "
+                                "second",
+                          exit_usage);
+        rates.push_back(x);
+      }
+    }
+    auto res = run_job(cfg, opts);
+    if (!res) {
+      auto& err = res.error();
+      auto status =
+          err.category() == caf::atom("system")
+                  && err.code()
+                         == static_cast<uint8_t>(caf::sec::invalid_argument)
+              ? exit_usage
+              : exit_failure;
+      return inv.fail(name(), to_text(err), status);
+    }
+    std::vector<std::pair<double, job_result>> sweep;
+    for (auto aps : rates) {
+      auto o = opts;
+      o.aps = aps;
+      auto r = run_job(cfg, o);
+      if (!r)
+        return inv.fail(name(), to_text(r.error()), exit_failure);
+      sweep.emplace_back(aps, std::move(*r));
+    }
+    auto basic = find_mode(res->modes, "basic");
+    auto dual = find_mode(res->modes, "dualpath");
+    auto oracle = find_mode(res->modes, "oracle");
+    if (inv.json()) {
+      nlohmann::json doc;
+      auto& jm = doc["modes"] = nlohmann::json::object();
+      for (auto& m : res->modes)
+        jm[m.mode] = to_json(m);
+      doc["ratios"] = {{"basic_over_dualpath_jct", ratio(basic, dual)},
+                       {"dualpath_over_oracle_jct", ratio(dual, oracle)}};
+      doc["wall_s"] = res->wall_s;
+      doc["byte_scale"] = res->byte_scale;
+      doc["time_scale"] = res->time_scale;
+      doc["agents"] = res->agents;
+      doc["requests_per_mode"] = res->requests_per_mode;
+      doc["mean_prompt_tokens"] = res->mean_prompt_tokens;
+      doc["mean_hit_share"] = res->mean_hit_share;
+      if (!sweep.empty()) {
+        auto& js = doc["aps_sweep"] = nlohmann::json::array();
+        for (auto& [aps, r] : sweep) {
+          nlohmann::json point{{"aps", aps}};
+          for (auto& m : r.modes)
+            point["modes"][m.mode] = to_json(m);
+          js.push_back(std::move(point));
+        }
+        doc["capacity_aps"] = capacity(sweep);
+      }
+      if (auto rc = inv.emit_json(doc); rc != exit_ok)
+        return rc;
+    } else {
+      auto& out = inv.out;
+      out << "dualpath run: " << res->agents << " agents, "
+          << res->requests_per_mode << " requests per mode, mean prompt "
+          << std::fixed << std::setprecision(0) << res->mean_prompt_tokens
+          << " tokens (" << std::setprecision(1) << res->mean_hit_share * 100
+          << "% in storage at the first replayed turn)\n"
+          << "model " << cfg.string("model.name") << ", "
+          << cfg.integer("run.prefill_nodes") << "P"
+          << cfg.integer("run.decode_nodes") << "D x "
+          << cfg.integer("hardware.gpus_per_node") << " GPUs ("
+          << cfg.string("hardware.profile") << "); time scale "
+          << res->time_scale << " (emulated s per wall s), byte scale "
+          << res->byte_scale << " (nominal bytes per real byte)\n\n";
+      print_table(out, res->modes);
+      out << std::setprecision(2);
+      if (basic && dual)
+        out << "\nBasic / DualPath JCT: " << ratio(basic, dual) << "x";
+      if (dual && oracle)
+        out << "\nDualPath / Oracle JCT: " << ratio(dual, oracle) << "x";
+      out << "\nwall time: " << std::setprecision(1) << res->wall_s << " s\n";
+      for (auto& [aps, r] : sweep) {
+        out << "\nAPS " << aps << ":\n";
+        print_table(out, r.modes);
+      }
+      if (!sweep.empty()) {
+        auto cap = capacity(sweep);
+        for (auto& m : sweep.front().second.modes)
+          out << "capacity under SLO, " << m.mode << ": "
+              << cap.value(m.mode, 0.0) << " APS\n";
+      }
+    }
+    if (!plot_dir_.empty())
+      if (auto why = write_plots(plot_dir_, *res, sweep); !why.empty())
+        return inv.fail(name(), why, exit_failure);
+    if (!res->failures.empty()) {
+      for (auto& f : res->failures)
+        inv.err << "dualpath run: KV verification failed in mode " << f.mode
+                << ": request " << f.request << " (agent " << f.agent
+                << ", turn " << f.turn << "), " << f.blocks
+                << " block(s) differ from storage\n";
+      return exit_failure;
+    }
+    return exit_ok;
+  }
+
+private:
+  static std::string to_text(const caf::error& err) {
+    auto& ctx = err.context();
+    if (!ctx.empty() && ctx.match_element<std::string>(0))
+      return ctx.get_as<std::string>(0);
+    return caf::to_string(err);
+  }
+
+  // The highest swept rate at which >= 90% of a mode's requests meet the SLO.
+  static nlohmann::json
+  capacity(const std::vector<std::pair<double, job_result>>& sweep) {
+    nlohmann::json out = nlohmann::json::object();
+    for (auto& [aps, r] : sweep)
+      for (auto& m : r.modes) {
+        if (!out.contains(m.mode))
+          out[m.mode] = 0.0;
+        if (m.slo_attainment >= 0.9 && aps > out[m.mode].get<double>())
+          out[m.mode] = aps;
+      }
+    return out;
+  }
+
+  std::string sweep_;
+  std::string trace_file_;
+  std::string store_dir_;
+  std::string plot_dir_;
+  bool quiet_ = false;
+};
+
+} // namespace
+
+std::unique_ptr<command> make_run_command() {
+  return std::make_unique<run_command>();
+}
+
+} // namespace dualpath::cmd

@@ -1,0 +1,254 @@
+// ctest-label: scheduler
+// The scheduler actor tracks every request to completion: each submitted
+// request is assigned to exactly one prefill engine and one decode engine,
+// whether it is placed during its fetch or later by a decode report, and its
+// submitter gets exactly one result. Real actors on the real scheduler.
+#include <doctest/doctest.h>
+
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <caf/all.hpp>
+
+#include "actors/prefill_engine_actor.hpp"
+#include "actors/register.hpp"
+#include "actors/scheduler.hpp"
+
+using namespace dualpath;
+using namespace dualpath::actors;
+
+namespace {
+
+struct sys_config : caf::actor_system_config {
+  sys_config() {
+    actors::add_message_types(*this);
+    set("scheduler.policy", caf::atom("sharing"));
+  }
+};
+
+constexpr auto timeout = std::chrono::seconds(10);
+
+// Assignments pushed to the fake prefill engines, by engine rank/node.
+struct pushes {
+  std::mutex mtx;
+  std::vector<assignment> items;
+};
+
+prefill_engine_actor::behavior_type fake_pe(std::shared_ptr<pushes> out) {
+  return {
+      [out](prefill_atom, const work_batch& w) {
+        std::lock_guard<std::mutex> guard{out->mtx};
+        for (auto& a : w.items)
+          out->items.push_back(a);
+        return stream_report{};
+      },
+      [](status_atom) { return engine_load{}; },
+  };
+}
+
+struct fixture {
+  sys_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  std::shared_ptr<pushes> pushed = std::make_shared<pushes>();
+  scheduler_actor sched;
+  std::vector<engine_id> pes;
+  std::vector<engine_id> des;
+
+  fixture() {
+    scheduler_config sc;
+    sc.policy.kind = scheduler::policy_kind::dualpath;
+    sc.policy.reads = scheduler::read_mode::split;
+    sc.policy.limits.alpha_tokens = 1'000'000;
+    sc.policy.limits.beta_tokens = 1'000'000;
+    sc.block_tokens = 64;
+    sc.kv_bytes_per_token = 1000;
+    // Two prefill nodes (groups 0, 1) with two engines each; one decode
+    // node (group 0) with two engines.
+    for (uint32_t n = 0; n < 2; ++n)
+      for (uint32_t r = 0; r < 2; ++r) {
+        engine_id id{"pe" + std::to_string(n), engine_role::prefill, r};
+        pes.push_back(id);
+        sc.prefill.push_back(scheduled_engine{id, n, n});
+      }
+    for (uint32_t r = 0; r < 2; ++r) {
+      engine_id id{"de0", engine_role::decode, r};
+      des.push_back(id);
+      sc.decode.push_back(scheduled_engine{id, 0, 2});
+    }
+    sc.nodes.assign(3, scheduler::node_state{0, 1e6});
+    auto hdl = spawn_scheduler(sys, sc);
+    REQUIRE_MESSAGE(hdl, sys.render(hdl.error()));
+    sched = *hdl;
+    for (auto& id : pes) {
+      engines.push_back(
+          caf::actor_cast<caf::actor>(sys.spawn(fake_pe, pushed)));
+      enroll(id, engines.back());
+    }
+    for (auto& id : des) {
+      engines.push_back(
+          sys.spawn([]() -> caf::behavior { return {[](int) {}}; }));
+      enroll(id, engines.back());
+    }
+  }
+
+  std::vector<caf::actor> engines; // fake engines, stopped with the fixture
+
+  ~fixture() {
+    self->send_exit(sched, caf::exit_reason::user_shutdown);
+    for (auto& e : engines)
+      self->send_exit(e, caf::exit_reason::user_shutdown);
+  }
+
+  void enroll(const engine_id& id, caf::actor hdl) {
+    bool ok = false;
+    self->request(sched, timeout, enroll_atom_v,
+                  engine_registration{id, 0, hdl})
+        .receive([&](bool x) { ok = x; },
+                 [&](caf::error& err) { FAIL(sys.render(err)); });
+    REQUIRE(ok);
+  }
+
+  work_batch fetch(uint32_t group) {
+    group_report rep;
+    rep.group = group;
+    rep.role = engine_role::prefill;
+    for (auto& id : pes)
+      if (id.node == "pe" + std::to_string(group))
+        rep.engines.push_back(engine_load{id, 0, 0, 0, 0, 0});
+    work_batch out;
+    self->request(sched, timeout, fetch_atom_v, rep)
+        .receive([&](work_batch& w) { out = std::move(w); },
+                 [&](caf::error& err) { FAIL(sys.render(err)); });
+    return out;
+  }
+
+  void report_decode(uint64_t free_hbm) {
+    group_report rep;
+    rep.group = 0;
+    rep.role = engine_role::decode;
+    for (auto& id : des)
+      rep.engines.push_back(engine_load{id, 0, 0, 0, 0, free_hbm});
+    self->send(sched, report_atom_v, rep);
+  }
+};
+
+request_spec make_request(uint64_t id) {
+  request_spec r;
+  r.id = id;
+  r.agent = id;
+  r.tokens.assign(100 + id, 7);
+  r.gen_tokens = 10;
+  return r;
+}
+
+} // namespace
+
+TEST_CASE_FIXTURE(fixture, "every request is assigned once and answered once") {
+  // A client actor submits 8 requests and collects the results.
+  auto results = std::make_shared<std::multiset<uint64_t>>();
+  auto results_mtx = std::make_shared<std::mutex>();
+  auto client = sys.spawn([=, s = sched](caf::event_based_actor* c) {
+    for (uint64_t i = 1; i <= 8; ++i)
+      c->request(s, caf::infinite, submit_atom_v, make_request(i))
+          .then([=](const request_result& r) {
+            std::lock_guard<std::mutex> guard{*results_mtx};
+            results->insert(r.id);
+          });
+  });
+  // Let the submissions arrive (they are ordered before our later messages
+  // only per sender, so poll the scheduler until it has all of them).
+  std::vector<assignment> got;
+  // Decode engines have not reported yet: nothing fits, nothing is placed,
+  // but the requests are assigned to prefill engines and kept.
+  for (int i = 0; i < 100 && got.empty(); ++i) {
+    auto w = fetch(0);
+    for (auto& a : w.items)
+      got.push_back(a);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(got.empty());
+  // A decode report with room places the pending requests; those of group 1
+  // are pushed to their engines, those of group 0 come with the next fetch
+  // or are pushed as well.
+  report_decode(1ull << 40);
+  for (int i = 0; i < 200; ++i) {
+    for (uint32_t g = 0; g < 2; ++g)
+      for (auto& a : fetch(g).items)
+        got.push_back(a);
+    {
+      std::lock_guard<std::mutex> guard{pushed->mtx};
+      if (got.size() + pushed->items.size() >= 8)
+        break;
+    }
+    report_decode(1ull << 40);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  {
+    std::lock_guard<std::mutex> guard{pushed->mtx};
+    for (auto& a : pushed->items)
+      got.push_back(a);
+  }
+  REQUIRE_EQ(got.size(), 8u);
+  std::set<uint64_t> ids;
+  for (auto& a : got) {
+    CHECK(ids.insert(a.request.id).second); // never assigned twice
+    CHECK(a.prefill_actor);
+    CHECK(a.decode_actor);
+    CHECK_EQ(a.decode.node, "de0");
+    CHECK_EQ(a.plan.hit_blocks, 0u); // no store: nothing hits
+  }
+  // Completing every request answers every submitter exactly once; an
+  // unknown or repeated completion is ignored.
+  for (auto& a : got) {
+    request_result r;
+    r.id = a.request.id;
+    self->send(sched, done_atom_v, r);
+  }
+  request_result dup;
+  dup.id = got.front().request.id;
+  self->send(sched, done_atom_v, dup);
+  for (int i = 0; i < 200; ++i) {
+    {
+      std::lock_guard<std::mutex> guard{*results_mtx};
+      if (results->size() >= 8)
+        break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::lock_guard<std::mutex> guard{*results_mtx};
+  CHECK_EQ(results->size(), 8u);
+  for (uint64_t i = 1; i <= 8; ++i)
+    CHECK_EQ(results->count(i), 1u);
+  self->send_exit(client, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(fixture, "a duplicate request id is refused") {
+  self->request(sched, timeout, submit_atom_v, make_request(5));
+  bool refused = false;
+  self->request(sched, timeout, submit_atom_v, make_request(5))
+      .receive([](const request_result&) {},
+               [&](caf::error& err) {
+                 refused = true;
+                 CHECK_NE(sys.render(err).find("duplicate request id 5"),
+                          std::string::npos);
+               });
+  CHECK(refused);
+}
+
+TEST_CASE("an inconsistent cluster description is refused") {
+  sys_config cfg;
+  caf::actor_system sys{cfg};
+  scheduler_config sc;
+  CHECK_FALSE(spawn_scheduler(sys, sc)); // no engines at all
+  sc.prefill.push_back(scheduled_engine{engine_id{"pe0"}, 0, 5});
+  sc.decode.push_back(
+      scheduled_engine{engine_id{"de0", engine_role::decode, 0}, 0, 0});
+  sc.nodes.assign(1, scheduler::node_state{0, 1});
+  auto res = spawn_scheduler(sys, sc); // node 5 does not exist
+  REQUIRE_FALSE(res);
+  CHECK_NE(sys.render(res.error()).find("scheduler cluster description"),
+           std::string::npos);
+}

@@ -144,8 +144,9 @@ void embedded_cluster::shutdown() {
   for (auto& n : nodes_)
     stop(caf::actor_cast<caf::actor>(n->reader));
   actors_.clear();
-  nodes_.clear();
+  // Registrations before the bulk backends that own them (nodes_).
   keep_alive_.clear();
+  nodes_.clear();
 }
 
 std::vector<snic_usage> embedded_cluster::snic_usage_now() const {

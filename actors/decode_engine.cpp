@@ -532,7 +532,8 @@ caf::error setup(decode_state& st) {
   if (st.size <= st.payload_bytes)
     return caf::make_error(gpu::gpu_errc::budget_exceeded,
                            "decode buffer smaller than one Full Block");
-  st.memory = std::make_unique<std::byte[]>(st.size);
+  // Not value-initialised: pages are touched only when KV lands there.
+  st.memory.reset(new std::byte[st.size]);
   if (cfg.device) {
     auto pinned = cfg.device->pin(st.memory.get(), st.size);
     if (!pinned)

@@ -528,7 +528,8 @@ pe_staging::make(const engine_config& cfg) {
   result->size = real_bytes(cfg.hbm_bytes, cfg.byte_scale);
   if (result->size == 0 || cfg.mode == load_mode::oracle)
     return result;
-  result->memory = std::make_unique<std::byte[]>(result->size);
+  // Not value-initialised: pages are touched only when KV lands there.
+  result->memory.reset(new std::byte[result->size]);
   if (cfg.device) {
     auto pinned = cfg.device->pin(result->memory.get(), result->size);
     if (!pinned)

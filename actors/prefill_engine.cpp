@@ -398,6 +398,39 @@ caf::behavior prefill_engine(self_ptr self, engine_config cfg) {
   return {
       [self](prefill_atom, work_batch& w) -> caf::result<stream_report> {
         auto& st = self->state;
+        if (w.items.size() > 1) {
+          // One request per batch: a batch holds its buffer leases and decode
+          // slots until it has streamed, so batches of several requests can
+          // wait on each other's reads and admissions across engines (a
+          // deadlock once DRAM is full). Each request becomes its own batch
+          // (through this handler) and the reply joins them.
+          struct join_state {
+            caf::typed_response_promise<stream_report> rp;
+            stream_report rep;
+            size_t left = 0;
+            bool failed = false;
+          };
+          auto join = std::make_shared<join_state>();
+          join->rp = self->make_response_promise<stream_report>();
+          join->left = w.items.size();
+          for (auto& a : w.items)
+            self->request(caf::actor_cast<prefill_engine_actor>(self),
+                          caf::infinite, prefill_atom_v, work_batch{{a}})
+                .then(
+                    [join](stream_report& r) {
+                      join->rep.bytes_moved += r.bytes_moved;
+                      join->rep.layers = std::move(r.layers);
+                      if (--join->left == 0 && !join->failed)
+                        join->rp.deliver(std::move(join->rep));
+                    },
+                    [join](caf::error& err) {
+                      if (!join->failed) {
+                        join->failed = true;
+                        join->rp.deliver(std::move(err));
+                      }
+                    });
+          return join->rp;
+        }
         for (auto& a : w.items) {
           ++st.seq;
           st.tok += a.request.tokens.size();

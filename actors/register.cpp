@@ -48,6 +48,20 @@ void add_message_types(caf::actor_system_config& cfg) {
   scheduler::workload::add_error_category(cfg);
 }
 
+std::string render(const caf::error& err) {
+  if (!err)
+    return "no error";
+  static const auto renderers = [] {
+    caf::actor_system_config cfg;
+    add_message_types(cfg);
+    return cfg.error_renderers;
+  }();
+  auto i = renderers.find(err.category());
+  if (i != renderers.end())
+    return i->second(err.code(), err.category(), err.context());
+  return caf::actor_system_config::render(err);
+}
+
 std::vector<std::string> registered_type_names() {
   std::vector<std::string> result;
   collect_names<caf::id_block::dualpath_transport>(result);

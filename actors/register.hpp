@@ -8,11 +8,16 @@
 #include <vector>
 
 #include <caf/actor_system_config.hpp>
+#include <caf/error.hpp>
 
 namespace dualpath::actors {
 
 /// Registers every message type and error category of every module.
 void add_message_types(caf::actor_system_config& cfg);
+
+/// Renders `err` as actor_system::render would, without an actor system:
+/// "<subsystem>: <code> (<context>)" for every registered category.
+std::string render(const caf::error& err);
 
 /// The names under which dualpath's message types are registered, in type-ID
 /// order (for tests and `--print-config`-style introspection).

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "actors/cluster/job.hpp"
+#include "actors/register.hpp"
 #include "cmd/command.hpp"
 
 namespace dualpath::cmd {
@@ -164,10 +165,7 @@ public:
                    "Replay this JSON-lines trace instead of generating one "
                    "(docs/workload.md).")
         ->type_name("FILE");
-    app.add_option("--store-dir", store_dir_,
-                   "Keep the block store here (default: a temporary "
-                   "directory, removed afterwards).")
-        ->type_name("DIR");
+    flags.add(app, "--store-dir", "storage.dir");
     app.add_option("--plot-dir", plot_dir_,
                    "Write PNG plots (gnuplot) and their data here.")
         ->type_name("DIR");
@@ -187,7 +185,6 @@ public:
     opts.wall_limit = std::chrono::seconds(cfg.integer("run.wall_limit_s"));
     if (!trace_file_.empty())
       opts.trace_file = trace_file_;
-    opts.store_dir = store_dir_;
     if (!quiet_)
       opts.progress = [](const std::string& mode, uint64_t done,
                          uint64_t total) {
@@ -220,12 +217,14 @@ public:
     auto res = run_job(cfg, opts);
     if (!res) {
       auto& err = res.error();
-      auto status =
-          err.category() == caf::atom("system")
-                  && err.code()
-                         == static_cast<uint8_t>(caf::sec::invalid_argument)
-              ? exit_usage
-              : exit_failure;
+      // Bad configuration or a bad trace file is bad input (2); anything
+      // else is a failed run (1).
+      auto bad_input =
+          (err.category() == caf::atom("system")
+           && err.code() == static_cast<uint8_t>(caf::sec::invalid_argument))
+          || err.category() == caf::atom("dp_wkload")
+          || err.category() == caf::atom("dp_config");
+      auto status = bad_input ? exit_usage : exit_failure;
       return inv.fail(name(), to_text(err), status);
     }
     std::vector<std::pair<double, job_result>> sweep;
@@ -248,6 +247,7 @@ public:
       doc["ratios"] = {{"basic_over_dualpath_jct", ratio(basic, dual)},
                        {"dualpath_over_oracle_jct", ratio(dual, oracle)}};
       doc["wall_s"] = res->wall_s;
+      doc["populate_s"] = res->populate_s;
       doc["byte_scale"] = res->byte_scale;
       doc["time_scale"] = res->time_scale;
       doc["agents"] = res->agents;
@@ -286,7 +286,8 @@ public:
         out << "\nBasic / DualPath JCT: " << ratio(basic, dual) << "x";
       if (dual && oracle)
         out << "\nDualPath / Oracle JCT: " << ratio(dual, oracle) << "x";
-      out << "\nwall time: " << std::setprecision(1) << res->wall_s << " s\n";
+      out << "\nwall time: " << std::setprecision(1) << res->wall_s
+          << " s (store pre-population " << res->populate_s << " s)\n";
       for (auto& [aps, r] : sweep) {
         out << "\nAPS " << aps << ":\n";
         print_table(out, r.modes);
@@ -314,10 +315,16 @@ public:
 
 private:
   static std::string to_text(const caf::error& err) {
-    auto& ctx = err.context();
-    if (!ctx.empty() && ctx.match_element<std::string>(0))
-      return ctx.get_as<std::string>(0);
-    return caf::to_string(err);
+    // Config and trace errors carry the whole sentence; others get their
+    // subsystem's name in front.
+    auto cat = err.category();
+    if (cat == caf::atom("dp_config") || cat == caf::atom("dp_wkload")
+        || cat == caf::atom("system")) {
+      auto& ctx = err.context();
+      if (!ctx.empty() && ctx.match_element<std::string>(0))
+        return ctx.get_as<std::string>(0);
+    }
+    return actors::render(err);
   }
 
   // The highest swept rate at which >= 90% of a mode's requests meet the SLO.
@@ -336,7 +343,6 @@ private:
 
   std::string sweep_;
   std::string trace_file_;
-  std::string store_dir_;
   std::string plot_dir_;
   bool quiet_ = false;
 };

@@ -6,7 +6,8 @@ namespace dualpath::config::keys {
 void add_storage(std::vector<key_spec>& out) {
   out.push_back(string_key("storage.dir", "",
                            "Directory of the block store; empty: a fresh "
-                           "temporary directory removed at exit."));
+                           "temporary directory (on /dev/shm when it has "
+                           "room) removed at exit."));
   out.push_back(int_key("storage.block_tokens", 64, "tokens",
                         "Tokens per KV block (paper: 64).",
                         range::at_least(1)));
@@ -23,11 +24,13 @@ void add_storage(std::vector<key_spec>& out) {
   out.push_back(int_key("storage.queue_depth", 32, "requests",
                         "Outstanding reads per storage reader.",
                         range::between(1, 4096)));
-  out.push_back(int_key("storage.buffer_mib", 1024, "MiB",
-                        "DRAM buffer pool per storage reader.",
+  out.push_back(int_key("storage.buffer_mib", 32768, "MiB",
+                        "DRAM buffer pool per storage reader (nominal: an "
+                        "emulated run allocates buffer_mib / run.byte_scale, "
+                        "at least enough for one workload.max_len prompt).",
                         range::at_least(1)));
   out.push_back(int_key("storage.io_threads", 4, "threads",
-                        "I/O threads per storage reader (pread backend).",
+                        "I/O threads per storage reader.",
                         range::between(1, 256)));
 }
 

@@ -75,8 +75,19 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
   s.mode = mode;
   s.layer_window = static_cast<uint32_t>(cfg.integer("engines.layer_window"));
   s.fetch_period_ns = cfg.integer("scheduler.fetch_period_ms") * 1'000'000;
+  // The reader pool is nominal DRAM; real bytes shrink with the byte scale,
+  // but the pool must hold the longest prompt's blocks at once.
   s.reader_buffer_bytes =
-      static_cast<uint64_t>(cfg.integer("storage.buffer_mib")) << 20;
+      (static_cast<uint64_t>(cfg.integer("storage.buffer_mib")) << 20)
+      / s.byte_scale;
+  // Each prefill engine of a node holds the leases of at most one request
+  // until it has streamed (see actors/prefill_engine.cpp), so the pool needs
+  // room for one longest prompt per GPU.
+  s.reader_min_blocks = static_cast<uint32_t>(
+      s.gpus_per_node
+          * (cfg.integer("workload.max_len")
+             / std::max<int64_t>(1, cfg.integer("storage.block_tokens")))
+      + 64);
   s.reader_io_threads =
       static_cast<uint32_t>(cfg.integer("storage.io_threads"));
   s.reader_queue_depth =
@@ -92,9 +103,18 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
   s.policy.limits.alpha_tokens =
       scheduler::derive_alpha(static_cast<double>(s.snic_bytes_per_s), kvpt,
                               cfg.real("scheduler.alpha_s"));
-  auto flops_per_token = 2 * s.model.active_params;
-  auto tokens_per_s = scheduler::prefill_tokens_per_s(
-      s.gpu.tflops * 1e12, s.gpu.compute_efficiency, flops_per_token, 1.0);
+  // beta = prompt tokens one GPU gets through in beta_s: a typical request
+  // of the workload (context_tokens long, append_tokens of it new) takes
+  // t_req on one GPU by the compute model, so beta = beta_s / t_req x its
+  // length (tok_e counts whole prompts, cached tokens included).
+  auto context = static_cast<uint64_t>(cfg.integer("workload.context_tokens"));
+  auto append = std::min<uint64_t>(
+      context, static_cast<uint64_t>(cfg.integer("workload.append_tokens")));
+  auto t_req =
+      gpu::prefill_layer_seconds(
+          s.model, s.gpu, {gpu::sequence_shape{context - append, append}})
+      * s.model.layers;
+  auto tokens_per_s = t_req > 0 ? static_cast<double>(context) / t_req : 1e9;
   s.policy.limits.beta_tokens =
       scheduler::derive_beta(tokens_per_s, cfg.real("scheduler.beta_s"));
   s.policy.de_headroom = cfg.real("scheduler.de_headroom");
@@ -204,8 +224,10 @@ embedded_cluster::make(caf::actor_system& sys, const cluster_spec& spec,
     node->bulk = std::shared_ptr<transport::bulk::backend>(std::move(*bulk));
     node->store = store;
     // The reader's buffer pool, registered once with the bulk transport.
-    auto pool = transport::storage::buffer_pool::make(spec.reader_buffer_bytes,
-                                                      file_bytes);
+    auto pool = transport::storage::buffer_pool::make(
+        std::max(spec.reader_buffer_bytes,
+                 uint64_t{spec.reader_min_blocks} * file_bytes),
+        file_bytes);
     if (!pool)
       return pool.error();
     auto reg = node->bulk->register_region((*pool)->base(), (*pool)->size());

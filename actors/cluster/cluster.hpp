@@ -56,6 +56,7 @@ struct cluster_spec {
   uint32_t layer_window = 2;
   int64_t fetch_period_ns = 10'000'000;
   uint64_t reader_buffer_bytes = 1ull << 30; ///< Real bytes per reader.
+  uint32_t reader_min_blocks = 1088;         ///< Slots the pool has at least.
   uint32_t reader_io_threads = 2;
   uint32_t reader_queue_depth = 8;
 };

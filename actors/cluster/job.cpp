@@ -40,11 +40,26 @@ struct scratch_dir {
 caf::expected<std::string> make_scratch(const std::string& wanted,
                                         scratch_dir& dir) {
   if (!wanted.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(wanted, ec);
+    if (ec)
+      return job_error("storage.dir: cannot create " + wanted + ": "
+                       + ec.message());
     dir.path = wanted;
     return wanted;
   }
-  auto tmpl =
-      (std::filesystem::temp_directory_path() / "dualpath-run-XXXXXX").string();
+  // A RAM-backed tmpfs when there is one: the emulation paces storage on the
+  // storage-NIC links, the filesystem only has to hold real, verifiable
+  // bytes, and creating ~10^5 small block files on a virtual disk would
+  // dominate the run. storage.dir picks any other filesystem.
+  std::error_code ec;
+  auto base = std::filesystem::temp_directory_path();
+  if (std::filesystem::is_directory("/dev/shm", ec)) {
+    auto space = std::filesystem::space("/dev/shm", ec);
+    if (!ec && space.available > (uint64_t{4} << 30))
+      base = "/dev/shm";
+  }
+  auto tmpl = (base / "dualpath-run-XXXXXX").string();
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr)
@@ -175,7 +190,8 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   result.byte_scale = spec0->byte_scale;
   result.time_scale = spec0->time_scale;
   scratch_dir dir;
-  auto store_dir = make_scratch(opts.store_dir, dir);
+  auto store_dir = make_scratch(
+      opts.store_dir.empty() ? cfg.string("storage.dir") : opts.store_dir, dir);
   if (!store_dir)
     return store_dir.error();
   transport::storage::backend_config bc;
@@ -183,11 +199,7 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     return job_error("storage.backend: unknown backend "
                      + cfg.string("storage.backend"));
   bc.queue_depth = static_cast<uint32_t>(cfg.integer("storage.queue_depth"));
-  auto backend = transport::storage::make_backend(bc);
-  if (!backend)
-    return backend.error();
   transport::storage::store_config sc;
-  sc.directory = *store_dir;
   sc.model_id = spec0->model.name;
   sc.geometry.layers = spec0->model.layers;
   sc.geometry.block_tokens = spec0->block_tokens;
@@ -198,10 +210,6 @@ caf::expected<job_result> run_job(const config::settings& cfg,
                 : transport::storage::io_mode::buffered;
   sc.sync = cfg.boolean("storage.fsync") ? transport::storage::durability::fsync
                                          : transport::storage::durability::none;
-  auto opened = transport::storage::block_store::open(sc, std::move(*backend));
-  if (!opened)
-    return opened.error();
-  std::shared_ptr<transport::storage::block_store> store{std::move(*opened)};
   std::vector<std::vector<uint32_t>> histories;
   double prompt_sum = 0;
   double hit_sum = 0;
@@ -216,11 +224,31 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   result.agents = trace->size();
   result.mean_prompt_tokens = prompt_sum / static_cast<double>(trace->size());
   result.mean_hit_share = hit_sum / static_cast<double>(trace->size());
-  auto pop = transport::storage::populate(*store, histories);
-  if (!pop)
-    return pop.error();
-  result.populated_blocks = pop->written + pop->present;
-  histories.clear();
+  // Every mode starts from the same storage: a store of its own, populated
+  // with the histories (blocks persisted by one mode would otherwise be
+  // extra hits for the next one).
+  auto open_store = [&](const std::string& mode)
+      -> caf::expected<std::shared_ptr<transport::storage::block_store>> {
+    auto backend = transport::storage::make_backend(bc);
+    if (!backend)
+      return backend.error();
+    auto msc = sc;
+    msc.directory = *store_dir + "/" + mode;
+    auto opened =
+        transport::storage::block_store::open(msc, std::move(*backend));
+    if (!opened)
+      return opened.error();
+    std::shared_ptr<transport::storage::block_store> store{std::move(*opened)};
+    auto pop_start = std::chrono::steady_clock::now();
+    auto pop = transport::storage::populate(*store, histories);
+    if (!pop)
+      return pop.error();
+    result.populate_s += std::chrono::duration<double>(
+                             std::chrono::steady_clock::now() - pop_start)
+                             .count();
+    result.populated_blocks = pop->written + pop->present;
+    return store;
+  };
   // -- the modes
   // ----------------------------------------------------------------
   run_config sys_cfg{cfg};
@@ -230,9 +258,16 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     auto spec = spec_from(cfg, mode);
     if (!spec)
       return spec.error();
-    auto cluster = embedded_cluster::make(sys, *spec, store);
+    auto store = open_store(to_string(mode));
+    if (!store)
+      return store.error();
+    auto setup_start = std::chrono::steady_clock::now();
+    auto cluster = embedded_cluster::make(sys, *spec, *store);
     if (!cluster)
       return cluster.error();
+    auto setup_s = std::chrono::duration<double>(
+                       std::chrono::steady_clock::now() - setup_start)
+                       .count();
     mode_timeline timeline;
     timeline.mode = to_string(mode);
     for (auto& u : (*cluster)->snic_usage_now()) {
@@ -263,7 +298,20 @@ caf::expected<job_result> run_job(const config::settings& cfg,
         result.failures.push_back(verify_failure{to_string(mode), rec.result.id,
                                                  rec.agent, rec.turn,
                                                  rec.result.verify_failures});
+    auto stop_start = std::chrono::steady_clock::now();
     (*cluster)->shutdown();
+    report.setup_s = setup_s
+                     + std::chrono::duration<double>(
+                           std::chrono::steady_clock::now() - stop_start)
+                           .count();
+    cluster->reset();
+    if (dir.owned) {
+      // A temporary store goes as soon as its mode is done (it may be GBs).
+      auto path = (*store)->config().directory;
+      store->reset();
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
     result.modes.push_back(std::move(report));
     result.timelines.push_back(std::move(timeline));
   }

@@ -1,14 +1,14 @@
-// The main job behind `dualpath run`: generate (or load) a trace, build a
-// block store pre-populated with every trajectory's history, then for each
-// mode build an embedded cluster on the same trace, hardware and store,
-// replay the trace and summarise it.
+// The main job behind `dualpath run`: generate (or load) a trace, then for
+// each mode build a block store pre-populated with every trajectory's
+// history and an embedded cluster on the same trace and hardware, replay the
+// trace and summarise it.
 //
 // Replay window: each trajectory replays `turns` turns starting at half of
 // its own length; the earlier turns are history whose KV is written into the
-// store before the first mode runs (so every mode starts from the same
-// storage contents). Persisted blocks of one mode are the same bytes the next
-// mode would write (KV content is deterministic), and each request's result
-// is reported only after its blocks are durable, so modes see equal hits.
+// store before the mode runs. Each mode gets a store of its own (blocks one
+// mode persists would be extra hits for the next), and a request's result is
+// reported only after its blocks are durable, so a later turn of the same
+// agent sees them.
 //
 // Thread safety: run_job blocks its caller; it owns the actor system it runs.
 #pragma once
@@ -81,6 +81,7 @@ struct job_result {
   double mean_hit_share = 0; ///< History tokens / prompt tokens, first turn.
   uint32_t byte_scale = 1;
   double time_scale = 1;
+  double populate_s = 0; ///< Wall seconds spent pre-populating the store.
   double wall_s = 0;
 };
 

@@ -26,6 +26,7 @@ struct driver_state {
   uint64_t next_id = 0;
   std::shared_ptr<std::promise<replay_outcome>> result;
   std::chrono::steady_clock::time_point wall_start;
+  int64_t start_ns = 0; // emulated time of the replay's start
 };
 
 using driver_ptr = caf::stateful_actor<driver_state>*;
@@ -33,7 +34,8 @@ using driver_ptr = caf::stateful_actor<driver_state>*;
 void finish(driver_ptr self) {
   auto& s = self->state;
   for (auto& r : s.outcome.records)
-    s.outcome.jct_ns = std::max(s.outcome.jct_ns, r.result.done_ns);
+    s.outcome.jct_ns =
+        std::max(s.outcome.jct_ns, r.result.done_ns - s.start_ns);
   s.outcome.wall_s = std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - s.wall_start)
                          .count();
@@ -112,6 +114,7 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
     s.total = total;
     s.next_id = id_base;
     s.wall_start = std::chrono::steady_clock::now();
+    s.start_ns = opts.time.since_start_ns(self->clock().now());
     for (auto& t : s.trace)
       if (t.turns.size() > t.history_turns)
         s.agents.push_back(agent_cursor{&t, t.history_turns});

@@ -114,6 +114,7 @@ nlohmann::json to_json(const mode_report& r) {
       {"recomputed_blocks", r.recomputed_blocks},
       {"reroutes", r.reroutes},
       {"wall_s", r.wall_s},
+      {"setup_s", r.setup_s},
   };
 }
 
@@ -188,6 +189,8 @@ void print_table(std::ostream& out, const std::vector<mode_report>& modes) {
          return std::to_string(r.recomputed_blocks);
        }},
       {"wall (s)", [](const mode_report& r) { return fixed(r.wall_s, 1); }},
+      {"setup+stop (s)",
+       [](const mode_report& r) { return fixed(r.setup_s, 1); }},
   };
   const int name_w = 22;
   const int col_w = 22;

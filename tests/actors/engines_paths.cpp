@@ -339,7 +339,10 @@ TEST_CASE("GPU residency never exceeds the window over a batch") {
     REQUIRE_EQ(res.size(), 2u);
     for (auto& r : res)
       CHECK_EQ(r.verify_failures, 0u);
-    uint64_t layer = (t1.size() + t2.size()) * bpt;
+    // A prefill engine streams one request at a time (a batch of several is
+    // split, see prefill_engine.cpp), so the window holds layers of the
+    // largest request.
+    uint64_t layer = std::max(t1.size(), t2.size()) * bpt;
     CHECK_LE(c.pe.device->peak_bytes_allocated(), window * layer);
     CHECK_GE(c.pe.device->peak_bytes_allocated(), layer);
     // layerwise reads everything on the PE side, whatever the plan said.

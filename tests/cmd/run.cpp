@@ -1,0 +1,146 @@
+// ctest-label: run
+// `dualpath run` as a real process on a small emulated cluster: every mode
+// completes with every block verified byte-exact; Oracle reads nothing;
+// Basic reads nothing on the decode side; DualPath reads on both sides; the
+// JSON has the documented keys; bad input exits 2 naming what was wrong.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/support.hpp"
+
+using dualpath::test::dualpath_binary;
+using dualpath::test::run_process;
+using dualpath::test::temp_dir;
+using nlohmann::json;
+
+namespace {
+
+// A 1P1D cluster of 2 GPUs per node, a few agents, one replayed turn each;
+// byte scale 656 = one real byte per token and layer of ds-660b's KV.
+std::vector<std::string> small_run(const temp_dir& dir,
+                                   std::vector<std::string> extra) {
+  std::vector<std::string> args{dualpath_binary(),
+                                "run",
+                                "--quiet",
+                                "--agents",
+                                "6",
+                                "--prefill-nodes",
+                                "1",
+                                "--decode-nodes",
+                                "1",
+                                "--set",
+                                "hardware.gpus_per_node=2",
+                                "--byte-scale",
+                                "656",
+                                "--time-scale",
+                                "20",
+                                "--store-dir",
+                                dir.file("store")};
+  args.insert(args.end(), extra.begin(), extra.end());
+  if (std::find(extra.begin(), extra.end(), "--turns") == extra.end()) {
+    args.emplace_back("--turns");
+    args.emplace_back("2");
+  }
+  return args;
+}
+
+json run_json(const temp_dir& dir, std::vector<std::string> extra) {
+  extra.insert(extra.begin(), "--json");
+  auto res = run_process(small_run(dir, extra));
+  REQUIRE_MESSAGE(res.status == 0, res.err);
+  return json::parse(res.out);
+}
+
+} // namespace
+
+TEST_CASE("every mode completes with every block verified") {
+  temp_dir dir;
+  auto doc = run_json(dir, {"--mode", "ablation"});
+  const char* keys[] = {"jct_s",
+                        "tokens_per_s",
+                        "ttft_p50_s",
+                        "ttft_p99_s",
+                        "tpot_p50_s",
+                        "tpot_p99_s",
+                        "snic_util_pe",
+                        "snic_util_de",
+                        "snic_max_over_avg",
+                        "bytes_read_pe_side",
+                        "bytes_read_de_side",
+                        "bytes_compute_net",
+                        "blocks_verified",
+                        "verify_failures"};
+  REQUIRE(doc.contains("modes"));
+  for (auto mode : {"basic", "layerwise", "dualpath", "oracle"}) {
+    CAPTURE(mode);
+    REQUIRE(doc["modes"].contains(mode));
+    auto& m = doc["modes"][mode];
+    for (auto key : keys) {
+      CAPTURE(key);
+      CHECK(m.contains(key));
+    }
+    CHECK(m["requests"].get<int>() == doc["requests_per_mode"].get<int>());
+    CHECK(m["failed_requests"].get<int>() == 0);
+    CHECK(m["verify_failures"].get<int>() == 0);
+    CHECK(m["blocks_verified"].get<int>() > 0);
+    CHECK(m["jct_s"].get<double>() > 0);
+  }
+  // Every mode verifies the same blocks: the whole prompt of every request.
+  auto verified = doc["modes"]["basic"]["blocks_verified"].get<int>();
+  for (auto mode : {"layerwise", "dualpath", "oracle"})
+    CHECK(doc["modes"][mode]["blocks_verified"].get<int>() == verified);
+  // Oracle moves no byte; Basic and layerwise never read on the decode side;
+  // DualPath reads on both sides.
+  auto& oracle = doc["modes"]["oracle"];
+  CHECK(oracle["bytes_read_pe_side"].get<uint64_t>() == 0);
+  CHECK(oracle["bytes_read_de_side"].get<uint64_t>() == 0);
+  CHECK(oracle["bytes_compute_net"].get<uint64_t>() == 0);
+  for (auto mode : {"basic", "layerwise"}) {
+    CHECK(doc["modes"][mode]["bytes_read_de_side"].get<uint64_t>() == 0);
+    CHECK(doc["modes"][mode]["bytes_read_pe_side"].get<uint64_t>() > 0);
+  }
+  auto& dual = doc["modes"]["dualpath"];
+  CHECK(dual["bytes_read_pe_side"].get<uint64_t>()
+            + dual["bytes_read_de_side"].get<uint64_t>()
+        == doc["modes"]["basic"]["bytes_read_pe_side"].get<uint64_t>());
+  REQUIRE(doc.contains("ratios"));
+  CHECK(doc["ratios"].contains("basic_over_dualpath_jct"));
+  CHECK(doc["ratios"].contains("dualpath_over_oracle_jct"));
+  CHECK(doc["ratios"]["basic_over_dualpath_jct"].get<double>() > 0);
+  CHECK(doc.contains("wall_s"));
+}
+
+TEST_CASE("the human report names every mode and the ratios") {
+  temp_dir dir;
+  auto res = run_process(small_run(dir, {"--mode", "basic,dualpath"}));
+  REQUIRE_MESSAGE(res.status == 0, res.err);
+  CHECK(res.out.find("basic") != std::string::npos);
+  CHECK(res.out.find("dualpath") != std::string::npos);
+  CHECK(res.out.find("Basic / DualPath JCT") != std::string::npos);
+  CHECK(res.out.find("blocks verified") != std::string::npos);
+  CHECK(res.out.find("byte scale 656") != std::string::npos);
+}
+
+TEST_CASE("bad input exits 2 naming what was wrong") {
+  temp_dir dir;
+  auto bad_mode = run_process(small_run(dir, {"--mode", "turbo"}));
+  CHECK(bad_mode.status == 2);
+  CHECK(bad_mode.err.find("turbo") != std::string::npos);
+  auto bad_sweep = run_process(small_run(dir, {"--aps-sweep", "1,x"}));
+  CHECK(bad_sweep.status == 2);
+  CHECK(bad_sweep.err.find("'x'") != std::string::npos);
+  auto zero_turns = run_process(small_run(dir, {"--turns", "0"}));
+  CHECK(zero_turns.status == 2);
+  CHECK(zero_turns.err.find("run.turns") != std::string::npos);
+  dualpath::test::write_file(dir.file("bad.jsonl"),
+                             "{\"agent\": 1, \"turns\": [{\"append\": 0, "
+                             "\"gen\": 3}]}\n");
+  auto bad_trace =
+      run_process(small_run(dir, {"--trace-file", dir.file("bad.jsonl")}));
+  CHECK(bad_trace.status == 2);
+  CHECK(bad_trace.err.find("line 1") != std::string::npos);
+  CHECK(bad_trace.err.find("append") != std::string::npos);
+}

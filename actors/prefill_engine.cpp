@@ -182,6 +182,33 @@ void check_item(self_ptr self, size_t index) {
     item_ready(self, index);
 }
 
+// DE side: the decode engine starts its read at admission, so its leases are
+// asked for only once the request is admitted there (a `load` before the
+// admission would find no request).
+void request_de_read(self_ptr self, size_t index) {
+  auto& st = self->state;
+  auto& it = st.batch->items[index];
+  auto id = st.batch->id;
+  auto guard = [self, id] {
+    return self->state.batch && self->state.batch->id == id;
+  };
+  auto de = caf::actor_cast<decode_engine_actor>(it.a.decode_actor);
+  self->request(de, caf::infinite, load_atom_v, it.a.request.id)
+      .then(
+          [self, index, guard](read_completion& c) {
+            if (!guard())
+              return;
+            auto& it = self->state.batch->items[index];
+            it.de_read = std::move(c);
+            it.de_read_done = true;
+            check_item(self, index);
+          },
+          [self, guard](caf::error& err) {
+            if (guard())
+              fail(self, std::move(err));
+          });
+}
+
 void start_item(self_ptr self, size_t index) {
   auto& st = self->state;
   auto& cfg = st.cfg;
@@ -202,6 +229,8 @@ void start_item(self_ptr self, size_t index) {
             auto& it = self->state.batch->items[index];
             it.slot = std::move(slot);
             it.admitted = true;
+            if (!it.de_read_done)
+              request_de_read(self, index);
             check_item(self, index);
           },
           [self, guard](caf::error& err) {
@@ -239,25 +268,7 @@ void start_item(self_ptr self, size_t index) {
   } else {
     it.pe_read_done = true;
   }
-  // DE side: the decode engine started its read at admit.
-  if (reads && it.plan.hit_blocks > it.plan.pe_side_blocks) {
-    self->request(de, caf::infinite, load_atom_v, it.a.request.id)
-        .then(
-            [self, index, guard](read_completion& c) {
-              if (!guard())
-                return;
-              auto& it = self->state.batch->items[index];
-              it.de_read = std::move(c);
-              it.de_read_done = true;
-              check_item(self, index);
-            },
-            [self, guard](caf::error& err) {
-              if (guard())
-                fail(self, std::move(err));
-            });
-  } else {
-    it.de_read_done = true;
-  }
+  it.de_read_done = !(reads && it.plan.hit_blocks > it.plan.pe_side_blocks);
   check_item(self, index);
 }
 

@@ -63,12 +63,13 @@ void add_run(std::vector<key_spec>& out) {
                          "real time (all link and compute times shrink by "
                          "it; reported times are emulated).",
                          range::above(0)));
-  out.push_back(int_key("run.byte_scale", 1, "",
+  out.push_back(int_key("run.byte_scale", 0, "",
                         "Nominal KV bytes per real byte moved: real copies "
                         "carry ceil(kv_bytes_per_token_layer / byte_scale) "
                         "bytes per token and layer, timing uses the nominal "
-                        "sizes.",
-                        range::at_least(1)));
+                        "sizes. 0 = kv_bytes_per_token_layer (one real byte "
+                        "per token and layer).",
+                        range::at_least(0)));
   out.push_back(int_key("run.turns", 2, "turns",
                         "Turns replayed per trajectory, from the middle of "
                         "each trajectory (earlier turns are history already "

@@ -71,6 +71,9 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
       cfg.real("hardware.dram_buffer_gib") * double(1ull << 30));
   s.block_tokens = static_cast<uint32_t>(cfg.integer("storage.block_tokens"));
   s.byte_scale = static_cast<uint32_t>(cfg.integer("run.byte_scale"));
+  if (s.byte_scale == 0) // auto: one real byte per token and layer
+    s.byte_scale =
+        static_cast<uint32_t>(cfg.integer("model.kv_bytes_per_token_layer"));
   s.time_scale = cfg.real("run.time_scale");
   s.mode = mode;
   s.layer_window = static_cast<uint32_t>(cfg.integer("engines.layer_window"));

@@ -20,35 +20,6 @@ namespace {
 
 using namespace actors::cluster;
 
-caf::expected<std::vector<actors::load_mode>>
-parse_modes(const std::string& text) {
-  std::vector<actors::load_mode> out;
-  if (text == "all")
-    return std::vector<actors::load_mode>{actors::load_mode::basic,
-                                          actors::load_mode::dualpath,
-                                          actors::load_mode::oracle};
-  if (text == "ablation")
-    return std::vector<actors::load_mode>{
-        actors::load_mode::basic, actors::load_mode::layerwise,
-        actors::load_mode::dualpath, actors::load_mode::oracle};
-  std::stringstream in{text};
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    actors::load_mode m;
-    if (!from_string(item, m))
-      return caf::make_error(
-          caf::sec::invalid_argument,
-          "run.modes: unknown mode '" + item
-              + "' (allowed: all, ablation, or a comma "
-                "list of basic, layerwise, dualpath, oracle)");
-    out.push_back(m);
-  }
-  if (out.empty())
-    return caf::make_error(caf::sec::invalid_argument,
-                           "run.modes: no mode given");
-  return out;
-}
-
 const mode_report* find_mode(const std::vector<mode_report>& xs,
                              const std::string& name) {
   for (auto& x : xs)
@@ -174,7 +145,7 @@ public:
 
   int run(const invocation& inv) override {
     auto& cfg = inv.cfg;
-    auto modes = parse_modes(cfg.string("run.modes"));
+    auto modes = parse_variants(cfg.string("run.modes"));
     if (!modes)
       return inv.fail(name(), caf::to_string(modes.error().context()),
                       exit_usage);

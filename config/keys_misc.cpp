@@ -78,8 +78,9 @@ void add_run(std::vector<key_spec>& out) {
   out.push_back(string_key("run.modes", "all",
                            "Modes run one after another: all (basic, "
                            "dualpath, oracle), ablation (basic, layerwise, "
-                           "dualpath, oracle) or a comma list of basic, "
-                           "layerwise, dualpath, oracle."));
+                           "dualpath-rr, dualpath, oracle) or a comma list "
+                           "of basic, layerwise, dualpath-rr (dual path with "
+                           "round-robin placement), dualpath, oracle."));
   out.push_back(real_key("run.aps", 0, "agents/s",
                          "Online arrivals: agents per emulated second "
                          "(Poisson); 0 = offline, every agent at once.",

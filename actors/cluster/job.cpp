@@ -128,6 +128,47 @@ private:
 
 } // namespace
 
+caf::expected<std::vector<run_variant>>
+parse_variants(const std::string& text) {
+  const std::vector<run_variant> known{
+      {"basic", load_mode::basic, false},
+      {"layerwise", load_mode::layerwise, false},
+      {"dualpath-rr", load_mode::dualpath, true},
+      {"dualpath", load_mode::dualpath, false},
+      {"oracle", load_mode::oracle, false}};
+  auto pick = [&](const std::vector<std::string>& names) {
+    std::vector<run_variant> out;
+    for (auto& n : names)
+      for (auto& k : known)
+        if (k.name == n)
+          out.push_back(k);
+    return out;
+  };
+  if (text == "all")
+    return pick({"basic", "dualpath", "oracle"});
+  if (text == "ablation")
+    return pick({"basic", "layerwise", "dualpath-rr", "dualpath", "oracle"});
+  std::vector<run_variant> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    auto end = text.find(',', start);
+    auto item = text.substr(start, end == std::string::npos ? std::string::npos
+                                                            : end - start);
+    auto found = pick({item});
+    if (found.empty())
+      return caf::make_error(caf::sec::invalid_argument,
+                             "run.modes: unknown mode '" + item
+                                 + "' (allowed: all, ablation, or a comma "
+                                   "list of basic, layerwise, dualpath-rr, "
+                                   "dualpath, oracle)");
+    out.push_back(found.front());
+    if (end == std::string::npos)
+      break;
+    start = end + 1;
+  }
+  return out;
+}
+
 caf::expected<workload::trace> job_trace(const config::settings& cfg,
                                          const job_options& opts) {
   auto max_len = static_cast<uint64_t>(cfg.integer("workload.max_len"));
@@ -254,11 +295,16 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   run_config sys_cfg{cfg};
   caf::actor_system sys{sys_cfg};
   uint64_t id_base = 1;
-  for (auto mode : opts.modes) {
+  for (auto& variant : opts.modes) {
+    auto mode = variant.mode;
     auto spec = spec_from(cfg, mode);
+    if (spec && variant.round_robin) {
+      spec->policy.kind = scheduler::policy_kind::basic;
+      spec->policy.reads = scheduler::read_mode::shorter_queue;
+    }
     if (!spec)
       return spec.error();
-    auto store = open_store(to_string(mode));
+    auto store = open_store(variant.name);
     if (!store)
       return store.error();
     auto setup_start = std::chrono::steady_clock::now();
@@ -269,7 +315,7 @@ caf::expected<job_result> run_job(const config::settings& cfg,
                        std::chrono::steady_clock::now() - setup_start)
                        .count();
     mode_timeline timeline;
-    timeline.mode = to_string(mode);
+    timeline.mode = variant.name;
     for (auto& u : (*cluster)->snic_usage_now()) {
       timeline.nodes.push_back(u.node);
       timeline.rates.push_back(u.rate_bytes_per_s);
@@ -291,11 +337,11 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     if (!outcome)
       return outcome.error();
     id_base += outcome->records.size();
-    auto report = summarize(to_string(mode), *outcome,
-                            (*cluster)->snic_usage_now(), slo{});
+    auto report =
+        summarize(variant.name, *outcome, (*cluster)->snic_usage_now(), slo{});
     for (auto& rec : outcome->records)
       if (rec.result.verify_failures > 0)
-        result.failures.push_back(verify_failure{to_string(mode), rec.result.id,
+        result.failures.push_back(verify_failure{variant.name, rec.result.id,
                                                  rec.agent, rec.turn,
                                                  rec.result.verify_failures});
     auto stop_start = std::chrono::steady_clock::now();

@@ -29,9 +29,25 @@
 
 namespace dualpath::actors::cluster {
 
+/// One compared configuration: a loading mode and, for the ablation's
+/// "+dual path" step, round-robin placement instead of the scheduler.
+struct run_variant {
+  std::string name;
+  load_mode mode = load_mode::dualpath;
+  /// Round-robin placement with the shorter-queue path choice (the paper's
+  /// dual path without its scheduler).
+  bool round_robin = false;
+};
+
+/// Parses "all", "ablation" or a comma list of basic, layerwise,
+/// dualpath-rr, dualpath, oracle; fails naming the unknown item.
+caf::expected<std::vector<run_variant>> parse_variants(const std::string& text);
+
 struct job_options {
-  std::vector<load_mode> modes{load_mode::basic, load_mode::dualpath,
-                               load_mode::oracle};
+  /// Variants run in order (see run_variant).
+  std::vector<run_variant> modes{{"basic", load_mode::basic, false},
+                                 {"dualpath", load_mode::dualpath, false},
+                                 {"oracle", load_mode::oracle, false}};
   /// Turns replayed per trajectory.
   uint32_t turns = 2;
   /// Agents per emulated second (online); 0 = offline.

@@ -74,7 +74,8 @@ TEST_CASE("every mode completes with every block verified") {
                         "blocks_verified",
                         "verify_failures"};
   REQUIRE(doc.contains("modes"));
-  for (auto mode : {"basic", "layerwise", "dualpath", "oracle"}) {
+  for (auto mode :
+       {"basic", "layerwise", "dualpath-rr", "dualpath", "oracle"}) {
     CAPTURE(mode);
     REQUIRE(doc["modes"].contains(mode));
     auto& m = doc["modes"][mode];
@@ -90,7 +91,7 @@ TEST_CASE("every mode completes with every block verified") {
   }
   // Every mode verifies the same blocks: the whole prompt of every request.
   auto verified = doc["modes"]["basic"]["blocks_verified"].get<int>();
-  for (auto mode : {"layerwise", "dualpath", "oracle"})
+  for (auto mode : {"layerwise", "dualpath-rr", "dualpath", "oracle"})
     CHECK(doc["modes"][mode]["blocks_verified"].get<int>() == verified);
   // Oracle moves no byte; Basic and layerwise never read on the decode side;
   // DualPath reads on both sides.
@@ -106,6 +107,10 @@ TEST_CASE("every mode completes with every block verified") {
   CHECK(dual["bytes_read_pe_side"].get<uint64_t>()
             + dual["bytes_read_de_side"].get<uint64_t>()
         == doc["modes"]["basic"]["bytes_read_pe_side"].get<uint64_t>());
+  // The scheduler's split reads balance the storage NICs better than
+  // round-robin placement with the shorter-queue path choice.
+  CHECK(dual["snic_max_over_avg"].get<double>()
+        < doc["modes"]["dualpath-rr"]["snic_max_over_avg"].get<double>());
   REQUIRE(doc.contains("ratios"));
   CHECK(doc["ratios"].contains("basic_over_dualpath_jct"));
   CHECK(doc["ratios"].contains("dualpath_over_oracle_jct"));

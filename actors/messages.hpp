@@ -141,8 +141,8 @@ typename Inspector::result_type inspect(Inspector& f, request_result& x) {
   return f(caf::meta::type_name("request_result"), x.id, x.prefill, x.decode,
            x.ttft_ns, x.ttst_ns, x.tpot_ns, x.done_ns, x.bytes_read_pe,
            x.bytes_read_de, x.bytes_compute_net, x.blocks_verified,
-           x.verify_failures, x.recomputed_blocks, x.reroutes,
-           x.bytes_pe_to_de, x.bytes_de_to_pe, x.blocks_persisted);
+           x.verify_failures, x.recomputed_blocks, x.reroutes, x.bytes_pe_to_de,
+           x.bytes_de_to_pe, x.blocks_persisted);
 }
 
 // -- load reports -------------------------------------------------------------

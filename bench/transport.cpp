@@ -13,8 +13,8 @@
 // (GB/s = 1e9 bytes/s), and for local also memcpy_gbps and ratio.
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>

@@ -104,19 +104,20 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
         {"191", "192", "193", "\"node194\""});
   check(layer_timing{201, 202, 203, 204, 205, 206},
         {"201", "202", "203", "204", "205", "206"});
-  check(
-      stream_item{211,
-                  {buffer_lease{212, 213, 214, region(215)}},
-                  216,
-                  region(217),
-                  218,
-                  219,
-                  220,
-                  {},
-                  {2201}},
-      {"211", "212", "\"node215\"", "216", "\"node217\"", "218", "219", "220",
-       "2201"});
-  check(stream_plan{221, 222, 223,
+  check(stream_item{211,
+                    {buffer_lease{212, 213, 214, region(215)}},
+                    216,
+                    region(217),
+                    218,
+                    219,
+                    220,
+                    {},
+                    {2201}},
+        {"211", "212", "\"node215\"", "216", "\"node217\"", "218", "219", "220",
+         "2201"});
+  check(stream_plan{221,
+                    222,
+                    223,
                     {stream_item{224, {}, 225, region(226), 0, 0, 0, {}, {}}}},
         {"221", "222", "223", "224", "225", "\"node226\""});
   check(stream_report{231, {layer_timing{232, 233, 234, 235, 236, 237}}, 238},

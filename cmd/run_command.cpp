@@ -257,6 +257,14 @@ public:
         out << "\nBasic / DualPath JCT: " << ratio(basic, dual) << "x";
       if (dual && oracle)
         out << "\nDualPath / Oracle JCT: " << ratio(dual, oracle) << "x";
+      for (auto& m : res->modes)
+        if (m.lag_p99_ms * res->time_scale > 50)
+          out << "\nwarning: in mode " << m.mode << " timers fired "
+              << m.lag_p99_ms
+              << " ms late (p99, wall) = " << m.lag_p99_ms * res->time_scale
+              << " ms emulated: the CPUs did not keep up and emulated times "
+                 "are stretched; use a lower --time-scale or a larger "
+                 "--byte-scale";
       out << "\nwall time: " << std::setprecision(1) << res->wall_s
           << " s (store pre-population " << res->populate_s << " s)\n";
       for (auto& [aps, r] : sweep) {

@@ -1,5 +1,6 @@
 #include "actors/cluster/replay.hpp"
 
+#include <algorithm>
 #include <future>
 #include <random>
 
@@ -10,6 +11,12 @@ namespace dualpath::actors::cluster {
 namespace {
 
 using start_agent_atom = caf::atom_constant<caf::atom("startagent")>;
+using lag_tick_atom = caf::atom_constant<caf::atom("lagtick")>;
+
+// The emulation runs on the wall clock: when the CPUs cannot keep up,
+// delayed messages fire late and emulated times stretch. The driver measures
+// how late its own periodic timer fires as a health signal for the run.
+constexpr auto lag_period = std::chrono::milliseconds(20);
 
 struct agent_cursor {
   const scheduler::workload::trajectory* traj = nullptr;
@@ -27,6 +34,8 @@ struct driver_state {
   std::shared_ptr<std::promise<replay_outcome>> result;
   std::chrono::steady_clock::time_point wall_start;
   int64_t start_ns = 0; // emulated time of the replay's start
+  std::chrono::steady_clock::time_point tick_due;
+  std::vector<double> lag_ms; // how late each timer tick fired
 };
 
 using driver_ptr = caf::stateful_actor<driver_state>*;
@@ -36,6 +45,11 @@ void finish(driver_ptr self) {
   for (auto& r : s.outcome.records)
     s.outcome.jct_ns =
         std::max(s.outcome.jct_ns, r.result.done_ns - s.start_ns);
+  if (!s.lag_ms.empty()) {
+    std::sort(s.lag_ms.begin(), s.lag_ms.end());
+    s.outcome.lag_p99_ms = s.lag_ms[(s.lag_ms.size() * 99) / 100];
+    s.outcome.lag_max_ms = s.lag_ms.back();
+  }
   s.outcome.wall_s = std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - s.wall_start)
                          .count();

@@ -24,6 +24,7 @@ mode_report summarize(const std::string& mode, const replay_outcome& outcome,
   r.mode = mode;
   r.jct_s = static_cast<double>(outcome.jct_ns) / 1e9;
   r.wall_s = outcome.wall_s;
+  r.lag_p99_ms = outcome.lag_p99_ms;
   std::vector<double> ttft;
   std::vector<double> ttst;
   std::vector<double> tpot;
@@ -115,6 +116,7 @@ nlohmann::json to_json(const mode_report& r) {
       {"reroutes", r.reroutes},
       {"wall_s", r.wall_s},
       {"setup_s", r.setup_s},
+      {"lag_p99_ms", r.lag_p99_ms},
   };
 }
 
@@ -189,6 +191,8 @@ void print_table(std::ostream& out, const std::vector<mode_report>& modes) {
          return std::to_string(r.recomputed_blocks);
        }},
       {"wall (s)", [](const mode_report& r) { return fixed(r.wall_s, 1); }},
+      {"timer lag p99 (ms)",
+       [](const mode_report& r) { return fixed(r.lag_p99_ms, 1); }},
       {"setup+stop (s)",
        [](const mode_report& r) { return fixed(r.setup_s, 1); }},
   };

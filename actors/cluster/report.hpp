@@ -54,8 +54,9 @@ struct mode_report {
   uint64_t verify_failures = 0;
   uint64_t recomputed_blocks = 0;
   uint64_t reroutes = 0;
-  double wall_s = 0;  ///< Wall seconds of the replay.
-  double setup_s = 0; ///< Wall seconds building and stopping the cluster.
+  double wall_s = 0;     ///< Wall seconds of the replay.
+  double setup_s = 0;    ///< Wall seconds building and stopping the cluster.
+  double lag_p99_ms = 0; ///< Timer lateness p99 (wall ms), see replay.hpp.
 };
 
 /// The p-quantile (0..1, nearest rank) of `xs` (0 for an empty vector).

@@ -1,5 +1,9 @@
 #include "actors/engine_timing.hpp"
 
+#include <algorithm>
+
+#include "gpu/device.hpp"
+
 namespace dualpath::actors {
 
 uint64_t nominal_of_real(uint64_t real, const model_shape& m) {
@@ -46,6 +50,12 @@ double decode_tpot_seconds(const engine_config& cfg, uint64_t context) {
   // Compute-bound: one new token attending to the context, every layer.
   return m.layers
          * gpu::prefill_layer_seconds(m, g, {gpu::sequence_shape{context, 1}});
+}
+
+uint64_t free_hbm_nominal(const engine_config& cfg) {
+  uint64_t used = cfg.device ? cfg.device->bytes_allocated() : 0;
+  uint64_t used_nominal = used * std::max<uint32_t>(cfg.byte_scale, 1);
+  return cfg.hbm_bytes > used_nominal ? cfg.hbm_bytes - used_nominal : 0;
 }
 
 } // namespace dualpath::actors

@@ -14,6 +14,9 @@
 #include "actors/engine_context.hpp"
 #include "gpu/compute_model.hpp"
 
+#include <caf/result.hpp>
+#include <caf/typed_response_promise.hpp>
+
 namespace dualpath::actors {
 
 /// The emulated time now, read from the actor's clock.
@@ -52,5 +55,30 @@ double prefill_layer_seconds(const engine_config& cfg,
 
 /// Seconds per output token of one sequence with `context` tokens present.
 double decode_tpot_seconds(const engine_config& cfg, uint64_t context);
+
+/// Nominal HBM bytes an engine has free for KV (its device's real bytes in
+/// use, scaled back up by the byte scale).
+uint64_t free_hbm_nominal(const engine_config& cfg);
+
+/// An engine's load report: `own()` (seq_e, tok_e, free HBM) completed with
+/// its node's storage read queue, asked from the node's reader (the engine's
+/// own numbers alone when there is no reader or it fails to answer).
+template <class Self, class Own>
+caf::result<engine_load> load_with_read_queue(Self* self, Own own) {
+  auto& reader = self->state.cfg.node->reader;
+  if (!reader)
+    return own();
+  auto rp = self->template make_response_promise<engine_load>();
+  self->request(reader, caf::infinite, queue_atom_v)
+      .then(
+          [rp, own](read_queue_status& q) mutable {
+            auto x = own();
+            x.read_q_tokens = q.tokens;
+            x.read_q_bytes = q.bytes;
+            rp.deliver(std::move(x));
+          },
+          [rp, own](caf::error&) mutable { rp.deliver(own()); });
+  return rp;
+}
 
 } // namespace dualpath::actors

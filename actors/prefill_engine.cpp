@@ -309,28 +309,12 @@ engine_load own_load(self_ptr self) {
   x.engine = st.cfg.id;
   x.seq = st.seq;
   x.tok = st.tok;
-  uint64_t used = st.cfg.device ? st.cfg.device->bytes_allocated() : 0;
-  uint64_t used_nominal = used * std::max<uint32_t>(st.cfg.byte_scale, 1);
-  x.free_hbm_bytes =
-      st.cfg.hbm_bytes > used_nominal ? st.cfg.hbm_bytes - used_nominal : 0;
+  x.free_hbm_bytes = free_hbm_nominal(st.cfg);
   return x;
 }
 
 caf::result<engine_load> status(self_ptr self) {
-  auto& reader = self->state.cfg.node->reader;
-  if (!reader)
-    return own_load(self);
-  auto rp = self->make_response_promise<engine_load>();
-  self->request(reader, caf::infinite, queue_atom_v)
-      .then(
-          [self, rp](read_queue_status& q) mutable {
-            auto x = own_load(self);
-            x.read_q_tokens = q.tokens;
-            x.read_q_bytes = q.bytes;
-            rp.deliver(std::move(x));
-          },
-          [self, rp](caf::error&) mutable { rp.deliver(own_load(self)); });
-  return rp;
+  return load_with_read_queue(self, [self] { return own_load(self); });
 }
 
 void schedule_fetch(self_ptr self) {

@@ -37,6 +37,7 @@ struct scheduler_state {
   std::vector<caf::actor> de_actor;
   // Prefill engines of each prefill group (candidates of that group's fetch).
   std::vector<std::vector<uint32_t>> pe_groups;
+  std::vector<uint32_t> all_pes;
   scheduler_counters counters;
 };
 
@@ -155,6 +156,7 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
     s.de_actor.resize(s.cfg.decode.size());
     for (uint32_t i = 0; i < s.cfg.prefill.size(); ++i) {
       s.pe_index[key_of(s.cfg.prefill[i].id)] = i;
+      s.all_pes.push_back(i);
       auto g = s.cfg.prefill[i].group;
       if (s.pe_groups.size() <= g)
         s.pe_groups.resize(g + 1);
@@ -214,7 +216,12 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
             ++s.counters.empty_fetches;
             return {};
           }
-          auto res = s.policy->fetch(s.st, s.waiting, s.pe_groups[rep.group]);
+          // Candidates: every prefill engine, not only the fetching group's.
+          // With the group's engines alone, the first leader to fetch takes
+          // up to beta tokens per engine of the whole queue while the other
+          // groups idle (measured: half the prefill GPUs unused at 2P4D);
+          // assignments for other groups are pushed to their engines.
+          auto res = s.policy->fetch(s.st, s.waiting, s.all_pes);
           auto batch = apply(self, res, rep.group);
           if (batch.items.empty())
             ++s.counters.empty_fetches;

@@ -5,7 +5,7 @@
 //    the reply is the request's result, sent when its decode engine reports
 //    it done;
 //  - fetch (prefill leader): records its group's load, runs the policy's
-//    fetch for the group's engines, and replies with the group's complete
+//    fetch over every prefill engine, and replies with the group's complete
 //    assignments (PE, DE, read plan); requests whose decode engine is chosen
 //    later (a decode group was full) are pushed to their prefill engine with
 //    `prefill` as soon as a decode report places them;

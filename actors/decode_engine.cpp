@@ -129,6 +129,17 @@ void try_finish(self_ptr self, uint64_t id);
 void try_admit(self_ptr self);
 void try_gpu(self_ptr self);
 
+// Observation (null hooks: nothing): a span of request `id` on this engine's
+// track ("gpu<rank>") or its compute NIC's ("cnic<rank>"), emulated ns.
+void trace(self_ptr self, const char* track, const char* name, uint64_t id,
+           int64_t begin_ns, int64_t end_ns, uint64_t nominal_bytes = 0) {
+  auto& cfg = self->state.cfg;
+  if (cfg.hooks && cfg.hooks->tracing())
+    cfg.hooks->span(
+        observe::span_record{cfg.id.node, track + std::to_string(cfg.id.rank),
+                             name, id, -1, begin_ns, end_ns, nominal_bytes});
+}
+
 void on_de_read(self_ptr self, uint64_t id, read_completion c) {
   auto& st = self->state;
   auto i = st.requests.find(id);
@@ -294,6 +305,10 @@ void start_decode(self_ptr self, de_request& r) {
     r.result.ttst_ns = since_start(cfg.time, t + tpot) - r.a.request.arrival_ns;
   auto end = t + tpot * steps;
   r.result.done_ns = since_start(cfg.time, end);
+  trace(self, "cnic", "h2d", r.a.request.id, since_start(cfg.time, now),
+        since_start(cfg.time, t));
+  trace(self, "gpu", "generate", r.a.request.id, since_start(cfg.time, t),
+        r.result.done_ns);
   self->delayed_send(self, cfg.time.to_actor(end - now), decode_end_atom_v,
                      r.a.request.id);
 }
@@ -344,6 +359,13 @@ void send_done(self_ptr self, uint64_t id) {
   r.result.bytes_compute_net =
       r.result.bytes_pe_to_de + r.result.bytes_de_to_pe;
   auto result = r.result;
+  if (st.cfg.hooks && st.cfg.hooks->tracing()) {
+    auto now = since_start(st.cfg.time, emulated_now(self, st.cfg.time));
+    if (result.blocks_persisted > 0)
+      trace(self, "gpu", "persist", id, result.done_ns, now);
+    trace(self, "gpu", "decode", id, r.a.request.arrival_ns + result.ttft_ns,
+          now);
+  }
   if (r.has_slot)
     st.slots.free(r.slot_offset);
   st.requests.erase(i);

@@ -20,6 +20,7 @@
 
 #include "actors/emulation.hpp"
 #include "actors/messages.hpp"
+#include "actors/observe/hooks.hpp"
 #include "actors/observer_actor.hpp"
 #include "actors/storage_reader_actor.hpp"
 
@@ -126,6 +127,8 @@ struct engine_config {
   caf::actor scheduler;
   /// Optional: receives snapshots and events.
   observer_actor observer;
+  /// Optional (null: not observed): timeline spans and metrics.
+  observe::hooks_ptr hooks;
 };
 
 } // namespace dualpath::actors

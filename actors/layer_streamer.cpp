@@ -64,6 +64,7 @@ struct active_batch {
   double compute_s = 0;
   uint64_t bytes_moved = 0;
   bool failed = false;
+  time_point began_at{}; // emulated, for the timeline
 };
 
 struct streamer_state {
@@ -97,11 +98,30 @@ uint64_t staging_offset(const active_batch& b, const engine_config& cfg,
 
 void advance(self_ptr self);
 
+// Observation (null hooks: nothing): one span per request of the batch on
+// this engine's track ("gpu<rank>") or its compute NIC's ("cnic<rank>").
+void trace(self_ptr self, const char* track, const char* name, int32_t layer,
+           time_point begin, time_point end, uint64_t nominal_bytes = 0) {
+  auto& st = self->state;
+  auto& h = st.cfg.hooks;
+  if (!h || !h->tracing() || !st.batch)
+    return;
+  auto b = since_start(st.cfg.time, begin);
+  auto e = since_start(st.cfg.time, end);
+  for (auto& item : st.batch->plan.items)
+    h->span(observe::span_record{st.cfg.id.node,
+                                 track + std::to_string(st.cfg.id.rank), name,
+                                 item.request_id, layer, b, e, nominal_bytes});
+}
+
 void fail(self_ptr self, caf::error err) {
   auto& st = self->state;
   if (!st.batch || st.batch->failed)
     return;
   st.batch->failed = true;
+  if (auto& h = st.cfg.hooks)
+    h->count("dualpath_errors_total",
+             {{"source", "layer_streamer"}, {"kind", "stream"}});
   st.batch->rp.deliver(std::move(err));
   st.batch.reset();
   if (!st.queue.empty())
@@ -173,6 +193,7 @@ void start_load(self_ptr self, uint32_t l) {
       t = std::max(t, node.cnic_rx[cfg.id.rank]->reserve(local_nominal, now));
     lay.ready_at = t;
     lay.timing.h2d_ns = to_ns(t - now);
+    trace(self, "cnic", "h2d", static_cast<int32_t>(l), now, t, local_nominal);
   }
   for (size_t i = 0; i < b.plan.items.size(); ++i) {
     auto& item = b.plan.items[i];
@@ -223,6 +244,10 @@ void on_pushed(self_ptr self, const layer_ready& r) {
   lay.timing.transfer_ns =
       std::max(lay.timing.transfer_ns, to_ns(t - lay.load_start));
   b.bytes_moved += r.bytes;
+  if (lay.pending_pushes == 1)
+    trace(self, "cnic", "transfer", static_cast<int32_t>(r.layer),
+          lay.load_start,
+          lay.load_start + std::chrono::nanoseconds(lay.timing.transfer_ns));
   if (--lay.pending_pushes == 0)
     self->delayed_send(self, cfg.time.to_actor(lay.ready_at - now),
                        loaded_atom_v, b.plan.batch_id, r.layer);
@@ -275,6 +300,12 @@ void on_computed(self_ptr self, uint32_t l) {
     h2d(self, l, std::move(chunks));
     if (!st.batch)
       return;
+  }
+  if (auto& h = cfg.hooks) {
+    auto now = emulated_now(self, cfg.time);
+    trace(self, "gpu", "compute", static_cast<int32_t>(l),
+          now - std::chrono::nanoseconds(lay.timing.compute_ns), now);
+    h->count("dualpath_prefill_layers_total", {{"node", cfg.id.node}});
   }
   lay.computed = true;
   b.computing = false;
@@ -379,6 +410,10 @@ void on_sent_done(self_ptr self, uint32_t l) {
   auto& lay = b.layers[l];
   const auto bt = cfg.model.block_tokens;
   auto done_ns = to_ns(lay.send_done_at - cfg.time.start());
+  if (moves_bytes(cfg))
+    trace(self, "cnic", "send", static_cast<int32_t>(l),
+          lay.send_done_at - std::chrono::nanoseconds(lay.timing.send_ns),
+          lay.send_done_at);
   for (auto& item : b.plan.items) {
     uint64_t sent_tokens =
         std::min<uint64_t>(uint64_t{item.pe_side_blocks} * bt, item.tokens)
@@ -404,6 +439,8 @@ void finish(self_ptr self) {
   rep.bytes_moved = b.bytes_moved;
   for (auto& lay : b.layers)
     rep.layers.push_back(lay.timing);
+  trace(self, "gpu", "prefill", -1, b.began_at,
+        emulated_now(self, st.cfg.time));
   b.rp.deliver(std::move(rep));
   st.batch.reset();
 }
@@ -414,6 +451,7 @@ void begin(self_ptr self, stream_plan plan, caf::response_promise rp) {
   auto b = std::make_unique<active_batch>();
   b->plan = std::move(plan);
   b->rp = std::move(rp);
+  b->began_at = emulated_now(self, cfg.time);
   for (auto& item : b->plan.items) {
     b->token_offset.push_back(b->batch_tokens);
     b->batch_tokens += item.tokens;

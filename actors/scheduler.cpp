@@ -76,6 +76,38 @@ void emit_event(self_ptr self, const std::string& kind, uint64_t id,
   self->send(self->state.cfg.observer, event_atom_v, std::move(ev));
 }
 
+// Observation (null hooks: nothing): an engine's reported load as gauges.
+void observe_load(const scheduler_state& s, const engine_load& e) {
+  auto& h = s.cfg.hooks;
+  if (!h)
+    return;
+  observe::label_set engine{{"node", e.engine.node},
+                            {"engine", std::to_string(e.engine.rank)}};
+  h->gauge("dualpath_engine_requests", engine, e.seq);
+  h->gauge("dualpath_engine_tokens", engine, static_cast<double>(e.tok));
+  if (e.engine.role == engine_role::decode)
+    h->gauge("dualpath_engine_free_hbm_bytes", engine,
+             static_cast<double>(e.free_hbm_bytes));
+}
+
+// Observation: a finished request's latencies, errors and reroutes.
+void observe_done(const scheduler_state& s, const request_result& r) {
+  auto& h = s.cfg.hooks;
+  if (!h)
+    return;
+  h->count("dualpath_requests_completed_total", {});
+  h->observe("dualpath_ttft_seconds", {}, static_cast<double>(r.ttft_ns) / 1e9);
+  if (r.tpot_ns > 0)
+    h->observe("dualpath_tpot_seconds", {},
+               static_cast<double>(r.tpot_ns) / 1e9);
+  if (r.verify_failures > 0)
+    h->count("dualpath_errors_total",
+             {{"source", "decode_engine"}, {"kind", "verify"}},
+             r.verify_failures);
+  if (r.reroutes > 0)
+    h->count("dualpath_reroutes_total", {}, r.reroutes);
+}
+
 // Records the decisions of one policy call. Assignments of `for_group` (the
 // fetching prefill group) are returned; the others are pushed to their
 // prefill engines at once.
@@ -202,6 +234,8 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
           s.requests.emplace(info.id, std::move(t));
           s.waiting.push_back(info);
           ++s.counters.submitted;
+          if (s.cfg.hooks)
+            s.cfg.hooks->count("dualpath_requests_submitted_total", {});
           return promise;
         },
         [self](fetch_atom, const group_report& rep) -> work_batch {
@@ -211,6 +245,7 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
             auto i = s.pe_index.find(key_of(e.engine));
             if (i != s.pe_index.end())
               s.st.update_prefill(i->second, e.seq, e.tok, e.read_q_tokens);
+            observe_load(s, e);
           }
           if (rep.group >= s.pe_groups.size() || s.waiting.empty()) {
             ++s.counters.empty_fetches;
@@ -234,6 +269,7 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
             if (i != s.de_index.end())
               s.st.update_decode(i->second, e.seq, e.tok, e.read_q_tokens,
                                  e.free_hbm_bytes);
+            observe_load(s, e);
           }
           if (rep.group < s.st.decode_groups.size()) {
             scheduler::fetch_result res;
@@ -262,6 +298,7 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
             return;
           }
           ++s.counters.completed;
+          observe_done(s, res);
           i->second.promise.deliver(std::move(res));
           s.requests.erase(i);
         },

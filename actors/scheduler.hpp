@@ -52,6 +52,8 @@ struct scheduler_config {
   std::shared_ptr<transport::storage::block_store> store;
   /// Receives events (optional).
   observer_actor observer;
+  /// Optional (null: not observed): request and engine-load metrics.
+  observe::hooks_ptr hooks;
 };
 
 /// Counters the scheduler keeps (also reported through `status`-like

@@ -101,6 +101,7 @@ struct pending_read {
   size_t next = 0;     // next block to issue
   size_t finished = 0; // blocks done (leased or failed)
   std::vector<std::optional<buffer_lease>> leases; // per block
+  caf::actor_clock::time_point accepted_at{};      // for the timeline
 };
 
 struct reader_state {
@@ -146,6 +147,17 @@ uint64_t payload_bytes(const reader_state& st) {
   return st.cfg.store->geometry().payload_bytes();
 }
 
+// Observation (null hooks: nothing): the read queue as gauges.
+void observe_queue(const reader_state& st) {
+  if (auto& h = st.cfg.hooks) {
+    observe::label_set node{{"node", st.cfg.node}};
+    h->gauge("dualpath_read_queue_tokens", node,
+             static_cast<double>(st.queue.tokens));
+    h->gauge("dualpath_read_queue_bytes", node,
+             static_cast<double>(st.queue.bytes));
+  }
+}
+
 caf::actor_clock::time_point paced(reader_state& st, uint64_t bytes,
                                    caf::actor_clock::time_point now) {
   return st.cfg.pace ? st.cfg.pace(bytes, now) : now;
@@ -166,6 +178,13 @@ void finish_read(self_ptr self, uint64_t request) {
   st.queue.tokens -= p.req.tokens;
   st.queue.bytes -= payload_bytes(st) * p.req.blocks.size();
   st.queue.requests -= 1;
+  if (auto& h = st.cfg.hooks) {
+    observe_queue(st);
+    if (h->tracing())
+      h->span(observe::span_record{st.cfg.node, "snic", "storage read",
+                                   p.req.request_id, -1, h->at(p.accepted_at),
+                                   h->at(self->clock().now()), 0});
+  }
   auto promise = std::move(p.promise);
   st.reads.erase(i);
   promise.deliver(std::move(done));
@@ -216,6 +235,9 @@ void complete_read(self_ptr self, io_job& job) {
     st.cfg.pool->release(job.slot);
     if (counters)
       ++counters->blocks_failed;
+    if (auto& h = st.cfg.hooks)
+      h->count("dualpath_errors_total",
+               {{"source", "storage_reader"}, {"kind", "read"}});
   } else {
     auto bytes = payload_bytes(st);
     buffer_lease lease;
@@ -236,6 +258,8 @@ void complete_read(self_ptr self, io_job& job) {
       ++counters->blocks_read;
       counters->bytes_read += bytes;
     }
+    if (auto& h = st.cfg.hooks)
+      h->count("dualpath_storage_blocks_read_total", {{"node", st.cfg.node}});
   }
   if (++p.finished == p.leases.size())
     finish_read(self, job.request);
@@ -285,6 +309,8 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
         st.queue.requests += 1;
         p.req = std::move(req);
         p.promise = rp;
+        p.accepted_at = self->clock().now();
+        observe_queue(st);
         st.reads.emplace(id, std::move(p));
         st.fifo.push_back(id);
         pump(self);
@@ -372,6 +398,9 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
         if (job->err) {
           if (counters)
             ++counters->writes_failed;
+          if (auto& h = st.cfg.hooks)
+            h->count("dualpath_errors_total",
+                     {{"source", "storage_reader"}, {"kind", "persist"}});
           job->write_promise.deliver(std::move(job->err));
           return;
         }
@@ -379,6 +408,9 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
           ++counters->blocks_written;
           counters->bytes_written += payload_bytes(st);
         }
+        if (auto& h = st.cfg.hooks)
+          h->count("dualpath_storage_blocks_persisted_total",
+                   {{"node", st.cfg.node}});
         job->write_promise.deliver(job->hash);
       },
   };

@@ -36,6 +36,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/expected.hpp>
 
+#include "actors/observe/hooks.hpp"
 #include "actors/storage_reader_actor.hpp"
 #include "transport/link_pacer.hpp"
 
@@ -80,6 +81,8 @@ struct storage_reader_config {
   uint32_t io_threads = 4;
   uint32_t max_inflight = 8; ///< Blocks read at once (disk queue depth).
   std::shared_ptr<storage_reader_counters> counters; ///< Optional.
+  /// Optional (null: not observed): read spans, read_q and block metrics.
+  observe::hooks_ptr hooks;
 };
 
 /// A pace function over a shared link_pacer (reads and writes of one NIC

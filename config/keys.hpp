@@ -18,6 +18,7 @@ void add_engines(std::vector<key_spec>& out);
 void add_scheduler(std::vector<key_spec>& out);
 void add_run(std::vector<key_spec>& out);
 void add_caf(std::vector<key_spec>& out);
+void add_observe(std::vector<key_spec>& out);
 
 /// The `<section>.profile` key: a string whose choices are the profiles of
 /// `section` (config/profiles.cpp).

@@ -100,6 +100,10 @@ void add_caf(std::vector<key_spec>& out) {
   out.push_back(string_key("caf.profiling_file", "",
                            "Where CAF writes the profile; empty: "
                            "caf-profile.txt in the working directory."));
+  out.push_back(int_key("caf.profiling_resolution_ms", 100, "ms",
+                        "How often CAF's profiler samples (CAF's "
+                        "scheduler.profiling-resolution).",
+                        range::at_least(1)));
 }
 
 } // namespace dualpath::config::keys

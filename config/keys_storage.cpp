@@ -32,6 +32,16 @@ void add_storage(std::vector<key_spec>& out) {
   out.push_back(int_key("storage.io_threads", 4, "threads",
                         "I/O threads per storage reader.",
                         range::between(1, 256)));
+  out.push_back(choice_key("storage.reader", "default",
+                           {"default", "prefetching"},
+                           "Storage reader behaviour: default, or prefetching "
+                           "(the extension example of docs/extending.md: "
+                           "reads an agent's next-turn blocks into DRAM while "
+                           "its tool call runs)."));
+  out.push_back(int_key("storage.prefetch_blocks", 256, "blocks",
+                        "prefetching reader: Full Blocks it holds prefetched "
+                        "at most (per node).",
+                        range::at_least(1)));
 }
 
 } // namespace dualpath::config::keys

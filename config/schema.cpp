@@ -27,6 +27,7 @@ std::vector<key_spec> build_schema() {
   keys::add_scheduler(out);
   keys::add_run(out);
   keys::add_caf(out);
+  keys::add_observe(out);
   return out;
 }
 

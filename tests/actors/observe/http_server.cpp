@@ -1,0 +1,174 @@
+// ctest-label: observability
+// The metrics endpoint's HTTP server: GET and HEAD of known paths; malformed,
+// oversized and wrong requests are refused with 400/404/405/413/414/431/505
+// (and a silent client with 408) and the server keeps serving afterwards.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <string>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "actors/observe/http_server.hpp"
+
+using namespace dualpath::actors::observe;
+
+namespace {
+
+// Sends `request` (then half-closes unless `keep_open`) and returns the whole
+// answer.
+std::string exchange(uint16_t port, const std::string& request,
+                     bool half_close = true) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  size_t off = 0;
+  while (off < request.size()) {
+    auto n =
+        ::send(fd, request.data() + off, request.size() - off, MSG_NOSIGNAL);
+    if (n <= 0)
+      break; // the server may answer and close before reading everything
+    off += static_cast<size_t>(n);
+  }
+  if (half_close)
+    ::shutdown(fd, SHUT_WR);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0)
+      break;
+    auto n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0)
+      break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+int status_of(const std::string& answer) {
+  if (answer.compare(0, 9, "HTTP/1.1 ") != 0)
+    return -1;
+  return std::stoi(answer.substr(9, 3));
+}
+
+struct fixture {
+  fixture() {
+    http_limits limits;
+    limits.read_timeout = std::chrono::milliseconds(300);
+    std::map<std::string, http_server::route> routes;
+    routes["/metrics"] = [] {
+      return http_response{200, "text/plain; version=0.0.4", "up 1\n"};
+    };
+    auto s = http_server::make("127.0.0.1", 0, std::move(routes), limits);
+    REQUIRE(s);
+    server = std::move(*s);
+  }
+  std::unique_ptr<http_server> server;
+};
+
+const std::string host = "Host: localhost\r\n";
+
+} // namespace
+
+TEST_CASE_FIXTURE(fixture, "GET and HEAD of /metrics") {
+  auto get =
+      exchange(server->port(), "GET /metrics HTTP/1.1\r\n" + host + "\r\n");
+  CHECK(status_of(get) == 200);
+  CHECK(get.find("Content-Type: text/plain; version=0.0.4")
+        != std::string::npos);
+  CHECK(get.substr(get.size() - 5) == "up 1\n");
+  auto query = exchange(server->port(), "GET /metrics?x=1 HTTP/1.0\r\n\r\n");
+  CHECK(status_of(query) == 200);
+  auto head =
+      exchange(server->port(), "HEAD /metrics HTTP/1.1\r\n" + host + "\r\n");
+  CHECK(status_of(head) == 200);
+  CHECK(head.find("up 1") == std::string::npos);
+  CHECK(head.find("Content-Length: 5") != std::string::npos);
+}
+
+TEST_CASE_FIXTURE(fixture, "wrong and malformed requests are refused") {
+  struct item {
+    std::string request;
+    int status;
+  };
+  std::vector<item> items{
+      {"GET /nope HTTP/1.1\r\n" + host + "\r\n", 404},
+      {"POST /metrics HTTP/1.1\r\n" + host + "Content-Length: 0\r\n\r\n", 405},
+      {"DELETE /metrics HTTP/1.1\r\n" + host + "\r\n", 405},
+      {"GARBAGE\r\n\r\n", 400},
+      {"GET  /metrics HTTP/1.1\r\n" + host + "\r\n", 400},
+      {"GET metrics HTTP/1.1\r\n" + host + "\r\n", 400},
+      {"GET /metrics HTTP/1.1\r\n\r\n", 400}, // no Host
+      {"GET /metrics HTTP/1.1\r\n" + host + "Bad Header\r\n\r\n", 400},
+      {"GET /metrics HTTP/1.1\r\n" + host + " folded\r\n\r\n", 400},
+      {"GET /metrics HTTP/1.1\r\n" + host + "Content-Length: x\r\n\r\n", 400},
+      {"GET /metrics HTTP/9.9\r\n" + host + "\r\n", 505},
+      {"GET /metrics HTTP/1.1\r\n" + host + "Content-Length: 999999\r\n\r\n",
+       413},
+      {"GET /metrics HTTP/1.1\r\n" + host
+           + "Transfer-Encoding: chunked\r\n\r\n",
+       501},
+      {"GET /" + std::string(10000, 'a') + " HTTP/1.1\r\n" + host + "\r\n",
+       414},
+      {"GET /metrics HTTP/1.1\r\n" + host + "X-Big: " + std::string(20000, 'b')
+           + "\r\n\r\n",
+       431},
+      {std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11)
+           + "\r\n\r\n",
+       400}, // a TLS ClientHello
+  };
+  for (auto& x : items) {
+    CAPTURE(x.request.substr(0, 60));
+    auto answer = exchange(server->port(), x.request);
+    CHECK(status_of(answer) == x.status);
+    CHECK(answer.find("Connection: close") != std::string::npos);
+  }
+  CHECK(server->refused() == items.size());
+  // Still serving.
+  auto ok =
+      exchange(server->port(), "GET /metrics HTTP/1.1\r\n" + host + "\r\n");
+  CHECK(status_of(ok) == 200);
+}
+
+TEST_CASE_FIXTURE(fixture, "a silent client is dropped, others are served") {
+  int idle = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server->port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(idle, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))
+          == 0);
+  // An incomplete request that never ends: 408 after the read timeout.
+  auto start = std::chrono::steady_clock::now();
+  auto answer = exchange(server->port(), "GET /metrics HTTP/1.1\r\n", false);
+  auto waited = std::chrono::steady_clock::now() - start;
+  CHECK(status_of(answer) == 408);
+  CHECK(waited < std::chrono::seconds(3));
+  ::close(idle);
+  auto ok =
+      exchange(server->port(), "GET /metrics HTTP/1.1\r\n" + host + "\r\n");
+  CHECK(status_of(ok) == 200);
+}
+
+TEST_CASE("parse_request splits the head") {
+  auto r = parse_request(
+      "GET /metrics?a=b HTTP/1.1\r\nHost: x\r\nAccept:  text/plain \r\n",
+      http_limits{});
+  REQUIRE(r.status == 0);
+  CHECK(r.request.method == "GET");
+  CHECK(r.request.path == "/metrics");
+  CHECK(r.request.target == "/metrics?a=b");
+  REQUIRE(r.request.headers.size() == 2);
+  CHECK(r.request.headers[1].first == "accept");
+  CHECK(r.request.headers[1].second == "text/plain");
+}

@@ -1,0 +1,179 @@
+// ctest-label: observability
+// The observer hub: an observer found through the actor registry receives
+// periodic state snapshots per node (from the metrics registry) and every
+// event; an actor's own snapshot becomes metrics; a terminated subscriber is
+// dropped; messages and snapshots print every field with deep_to_string.
+#include <doctest/doctest.h>
+
+#include <caf/all.hpp>
+
+#include "actors/observe/metrics.hpp"
+#include "actors/observe/observer.hpp"
+#include "actors/register.hpp"
+
+using namespace dualpath;
+using namespace dualpath::actors;
+using namespace dualpath::actors::observe;
+
+namespace {
+
+struct sys_config : caf::actor_system_config {
+  sys_config() {
+    actors::add_message_types(*this);
+    set("scheduler.policy", caf::atom("sharing"));
+  }
+};
+
+constexpr auto timeout = std::chrono::seconds(10);
+
+// An observer that forwards what it receives to `sink`.
+observer_actor::behavior_type forwarder(observer_actor::pointer,
+                                        caf::actor sink) {
+  return {
+      [sink](snapshot_atom, const state_snapshot& s) {
+        caf::anon_send(sink, snapshot_atom_v, s);
+      },
+      [sink](event_atom, const event_record& e) {
+        caf::anon_send(sink, event_atom_v, e);
+      },
+  };
+}
+
+struct fixture {
+  sys_config cfg;
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  std::shared_ptr<metrics_registry> metrics =
+      std::make_shared<metrics_registry>();
+  observer_hub_actor hub;
+
+  fixture() {
+    observer_hub_config hc;
+    hc.metrics = metrics;
+    hc.snapshot_period = std::chrono::milliseconds(20);
+    hub = spawn_observer_hub(sys, hc);
+  }
+
+  ~fixture() {
+    self->send_exit(hub, caf::exit_reason::user_shutdown);
+  }
+
+  // Waits for a snapshot from `source` (other snapshots are skipped).
+  state_snapshot snapshot_from(const std::string& source) {
+    state_snapshot out;
+    bool found = false;
+    for (int i = 0; i < 200 && !found; ++i)
+      self->receive(
+          [&](snapshot_atom, const state_snapshot& s) {
+            if (s.source == source) {
+              out = s;
+              found = true;
+            }
+          },
+          [](event_atom, const event_record&) {},
+          caf::after(timeout) >> [&] { i = 200; });
+    REQUIRE_MESSAGE(found, "no snapshot from " << source);
+    return out;
+  }
+};
+
+double sample(const state_snapshot& s, const std::string& name) {
+  for (auto& x : s.samples)
+    if (x.name == name)
+      return x.value;
+  FAIL("no sample " << name << " in " << caf::deep_to_string(s));
+  return 0;
+}
+
+} // namespace
+
+TEST_CASE_FIXTURE(fixture, "an observer attached through the registry "
+                           "receives periodic snapshots") {
+  REQUIRE(find_observer_hub(sys));
+  metrics->add("dualpath_snic_bytes_total", {{"node", "pe0"}}, 4096);
+  metrics->set("dualpath_read_queue_tokens", {{"node", "pe0"}}, 640);
+  metrics->add("dualpath_cnic_bytes_total",
+               {{"node", "de0"}, {"nic", "cnic1"}, {"direction", "tx"}}, 7);
+  metrics->add("dualpath_requests_completed_total", {}, 3);
+  auto obs = sys.spawn(forwarder, caf::actor_cast<caf::actor>(self));
+  REQUIRE(attach_observer(sys, caf::actor_cast<caf::actor>(obs)));
+  auto pe0 = snapshot_from("pe0");
+  CHECK(sample(pe0, "dualpath_snic_bytes_total") == 4096);
+  CHECK(sample(pe0, "dualpath_read_queue_tokens") == 640);
+  auto de0 = snapshot_from("de0");
+  CHECK(sample(de0, "dualpath_cnic_bytes_total{nic=\"cnic1\",direction=\"tx\"}")
+        == 7);
+  auto all = snapshot_from("cluster");
+  CHECK(sample(all, "dualpath_requests_completed_total") == 3);
+  // Snapshots keep coming, with the registry's current values.
+  metrics->add("dualpath_snic_bytes_total", {{"node", "pe0"}}, 4096);
+  for (int i = 0; i < 50; ++i) {
+    auto later = snapshot_from("pe0");
+    if (sample(later, "dualpath_snic_bytes_total") == 8192)
+      break;
+    REQUIRE(i < 49);
+  }
+  self->send_exit(obs, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(fixture, "events are forwarded and counted") {
+  auto obs = sys.spawn(forwarder, caf::actor_cast<caf::actor>(self));
+  self->send(hub, attach_atom_v, caf::actor_cast<caf::actor>(obs));
+  // The attach and the event travel in order from this sender.
+  self->send(hub, event_atom_v,
+             event_record{"storage_reader", "error", 12, 34, "block missing"});
+  self->send(hub, event_atom_v,
+             event_record{"scheduler", "reroute", 13, 35, ""});
+  std::vector<event_record> seen;
+  while (seen.size() < 2)
+    self->receive([&](event_atom, const event_record& e) { seen.push_back(e); },
+                  [](snapshot_atom, const state_snapshot&) {},
+                  caf::after(timeout) >> [&] { FAIL("no event"); });
+  CHECK(seen[0].kind == "error");
+  CHECK(seen[0].request_id == 12);
+  CHECK(seen[1].kind == "reroute");
+  CHECK(metrics->value("dualpath_errors_total", {{"source", "storage_reader"}})
+        == 1);
+  CHECK(metrics->value("dualpath_reroutes_total") == 1);
+  self->send_exit(obs, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(fixture, "an actor's own snapshot becomes metrics") {
+  auto obs = sys.spawn(forwarder, caf::actor_cast<caf::actor>(self));
+  self->send(hub, attach_atom_v, caf::actor_cast<caf::actor>(obs));
+  state_snapshot mine{"my_reader", 5, {{"my_prefetch_hits_total", 9}}};
+  self->send(hub, snapshot_atom_v, mine);
+  auto got = snapshot_from("my_reader");
+  CHECK(sample(got, "my_prefetch_hits_total") == 9);
+  CHECK(metrics->value("my_prefetch_hits_total", {{"source", "my_reader"}})
+        == 9);
+  CHECK(metrics->render().find("my_prefetch_hits_total{source=\"my_reader\"} 9")
+        != std::string::npos);
+  self->send_exit(obs, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(fixture, "a terminated subscriber is dropped") {
+  auto obs = sys.spawn(forwarder, caf::actor_cast<caf::actor>(self));
+  self->send(hub, attach_atom_v, caf::actor_cast<caf::actor>(obs));
+  self->send_exit(obs, caf::exit_reason::user_shutdown);
+  self->wait_for(obs);
+  // The hub keeps running and serving other observers.
+  auto obs2 = sys.spawn(forwarder, caf::actor_cast<caf::actor>(self));
+  REQUIRE(attach_observer(sys, caf::actor_cast<caf::actor>(obs2)));
+  metrics->add("dualpath_snic_bytes_total", {{"node", "pe1"}}, 1);
+  snapshot_from("pe1");
+  self->send_exit(obs2, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("snapshots and events print every field") {
+  state_snapshot s{"pe0", 17, {{"dualpath_read_queue_tokens", 64}}};
+  auto text = caf::deep_to_string(s);
+  CHECK(text.find("state_snapshot") != std::string::npos);
+  CHECK(text.find("pe0") != std::string::npos);
+  CHECK(text.find("dualpath_read_queue_tokens") != std::string::npos);
+  CHECK(text.find("64") != std::string::npos);
+  event_record e{"scheduler", "reroute", 99, 5, "to pe1"};
+  auto etext = caf::deep_to_string(e);
+  CHECK(etext.find("event_record") != std::string::npos);
+  CHECK(etext.find("to pe1") != std::string::npos);
+}

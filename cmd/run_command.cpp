@@ -140,6 +140,8 @@ public:
     app.add_option("--plot-dir", plot_dir_,
                    "Write PNG plots (gnuplot) and their data here.")
         ->type_name("DIR");
+    flags.add(app, "--trace", "observe.trace_file");
+    flags.add(app, "--metrics-port", "observe.metrics_port");
     app.add_flag("--quiet", quiet_, "No progress line.");
   }
 

@@ -5,6 +5,7 @@
 #include <caf/all.hpp>
 
 #include "actors/decode_engine.hpp"
+#include "actors/extensions/prefetching_reader.hpp"
 #include "actors/prefill_engine.hpp"
 #include "actors/scheduler.hpp"
 #include "actors/storage_reader.hpp"
@@ -95,6 +96,9 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
       static_cast<uint32_t>(cfg.integer("storage.io_threads"));
   s.reader_queue_depth =
       static_cast<uint32_t>(cfg.integer("storage.queue_depth"));
+  s.reader = cfg.string("storage.reader");
+  s.prefetch_blocks =
+      static_cast<uint32_t>(cfg.integer("storage.prefetch_blocks"));
   if (auto why = gpu::validate(s.model); !why.empty())
     return bad_config("model: " + why);
   if (auto why = gpu::validate(s.gpu); !why.empty())
@@ -196,6 +200,8 @@ embedded_cluster::make(caf::actor_system& sys, const cluster_spec& spec,
   sched.block_tokens = spec.block_tokens;
   sched.kv_bytes_per_token = kv_bytes_per_token(spec.model);
   sched.store = store;
+  sched.hooks = spec.hooks;
+  sched.observer = spec.observer;
   auto read_tokens_per_s = static_cast<double>(spec.snic_bytes_per_s)
                            / static_cast<double>(sched.kv_bytes_per_token);
   auto total_nodes = spec.prefill_nodes + spec.decode_nodes;
@@ -262,10 +268,24 @@ embedded_cluster::make(caf::actor_system& sys, const cluster_spec& spec,
                                    + " is not local to " + name);
       return reinterpret_cast<const std::byte*>(r.base) + r.offset;
     };
+    rc.hooks = spec.hooks;
+    auto slots = (*pool)->slots();
     auto reader = spawn_storage_reader(sys, std::move(rc));
     if (!reader)
       return reader.error();
     node->reader = *reader;
+    if (spec.reader == "prefetching") {
+      // The extension example in front of the node's reader; it keeps at
+      // most a quarter of the pool, so ordinary reads always find room.
+      extensions::prefetch_config pc;
+      pc.node = node->name;
+      pc.max_blocks = std::max<uint32_t>(
+          1, std::min<uint32_t>(spec.prefetch_blocks,
+                                static_cast<uint32_t>(slots / 4)));
+      pc.observer = spec.observer;
+      node->reader =
+          extensions::spawn_prefetching_reader(sys, *reader, std::move(pc));
+    }
     c->keep_alive_.push_back(
         std::make_shared<transport::bulk::local_registration>(std::move(*reg)));
     c->keep_alive_.push_back(*pool);
@@ -331,6 +351,8 @@ embedded_cluster::make(caf::actor_system& sys, const cluster_spec& spec,
       ec.dram_buffer_bytes = spec.dram_buffer_bytes / spec.gpus_per_node;
       ec.fetch_period_ns = spec.fetch_period_ns;
       ec.scheduler = caf::actor_cast<caf::actor>(c->scheduler_);
+      ec.hooks = spec.hooks;
+      ec.observer = spec.observer;
       configs.push_back(std::move(ec));
     }
     // Members first, the leader (rank 0) last, so it knows its group.

@@ -25,6 +25,7 @@
 
 #include "actors/cluster/report.hpp"
 #include "actors/engine_context.hpp"
+#include "actors/observe/hooks.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "config/settings.hpp"
 #include "gpu/compute_model.hpp"
@@ -59,6 +60,15 @@ struct cluster_spec {
   uint32_t reader_min_blocks = 1088;         ///< Slots the pool has at least.
   uint32_t reader_io_threads = 2;
   uint32_t reader_queue_depth = 8;
+  /// Storage reader behaviour (`storage.reader`): "default" or
+  /// "prefetching" (actors/extensions/prefetching_reader.hpp) with at most
+  /// `prefetch_blocks` blocks kept.
+  std::string reader = "default";
+  uint32_t prefetch_blocks = 256;
+  /// Observation (optional): hooks for spans and metrics, and the observer
+  /// that receives events and actors' own snapshots.
+  observe::hooks_ptr hooks;
+  observer_actor observer;
 };
 
 /// Reads a cluster_spec from the configuration for `mode`. Fails naming the

@@ -10,6 +10,7 @@
 
 #include "actors/cluster/cluster.hpp"
 #include "actors/cluster/replay.hpp"
+#include "actors/observe/session.hpp"
 #include "actors/register.hpp"
 #include "scheduler/workload/generator.hpp"
 #include "scheduler/workload/trace_file.hpp"
@@ -79,6 +80,9 @@ struct run_config : caf::actor_system_config {
       auto file = cfg.string("caf.profiling_file");
       if (!file.empty())
         set("scheduler.profiling-output-file", file);
+      set("scheduler.profiling-resolution",
+          caf::timespan{std::chrono::milliseconds(
+              cfg.integer("caf.profiling_resolution_ms"))});
     }
   }
 };
@@ -294,6 +298,11 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   // ----------------------------------------------------------------
   run_config sys_cfg{cfg};
   caf::actor_system sys{sys_cfg};
+  // Observation: the observer hub, the metrics endpoint, the timeline.
+  auto observe_opts = observe::session_options_from(cfg);
+  auto observation = observe::session::make(sys, observe_opts);
+  if (!observation)
+    return observation.error();
   uint64_t id_base = 1;
   for (auto& variant : opts.modes) {
     auto mode = variant.mode;
@@ -308,7 +317,15 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     if (!store)
       return store.error();
     auto setup_start = std::chrono::steady_clock::now();
+    auto hooks = (*observation)->hooks_for(variant.name);
+    spec->hooks = hooks;
+    spec->observer = (*observation)->hub();
     auto cluster = embedded_cluster::make(sys, *spec, *store);
+    if (cluster)
+      hooks->bind((*cluster)->time());
+    auto watch =
+        cluster ? (*observation)->watch((*cluster)->nodes(), spec->byte_scale)
+                : nullptr;
     if (!cluster)
       return cluster.error();
     auto setup_s = std::chrono::duration<double>(
@@ -346,6 +363,7 @@ caf::expected<job_result> run_job(const config::settings& cfg,
                                                  rec.result.verify_failures});
     auto stop_start = std::chrono::steady_clock::now();
     (*cluster)->shutdown();
+    watch.reset();
     report.setup_s = setup_s
                      + std::chrono::duration<double>(
                            std::chrono::steady_clock::now() - stop_start)
@@ -361,6 +379,8 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     result.modes.push_back(std::move(report));
     result.timelines.push_back(std::move(timeline));
   }
+  if (auto err = (*observation)->finish())
+    return err;
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now()
                                                 - wall_start)
                       .count();

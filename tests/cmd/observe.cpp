@@ -1,0 +1,422 @@
+// ctest-label: observability
+// Observability of `dualpath run` as a real process:
+//  - its Prometheus endpoint, scraped with curl while it runs, gives
+//    parseable text (every sample line of a declared family) whose counters
+//    move as work is done and never go down;
+//  - malformed or wrong HTTP requests get 4xx answers and the endpoint keeps
+//    serving;
+//  - --trace writes valid Chrome trace-event JSON in which every request has
+//    its prefill and decode spans and every layer of every request its
+//    compute and send spans inside them, and every track nests;
+//  - the extension example (storage.reader = "prefetching") runs in a small
+//    run, verifies every block, and its own metrics reach /metrics.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/support.hpp"
+
+using dualpath::test::dualpath_binary;
+using dualpath::test::temp_dir;
+using nlohmann::json;
+
+namespace {
+
+// A port nobody listens on right now.
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// `dualpath run` in the background; stdout and stderr go to files.
+class background_run {
+public:
+  background_run(const temp_dir& dir, const std::vector<std::string>& argv)
+      : out_(dir.file("run.out")), err_(dir.file("run.err")) {
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      int in = ::open("/dev/null", O_RDONLY);
+      int out = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int err = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(in, 0);
+      ::dup2(out, 1);
+      ::dup2(err, 2);
+      std::vector<char*> args;
+      for (auto& a : argv)
+        args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+  }
+
+  ~background_run() {
+    if (pid_ > 0 && !done_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  /// True while the process runs.
+  bool running() {
+    if (done_)
+      return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      done_ = true;
+      status_ =
+          WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    return !done_;
+  }
+
+  int wait() {
+    while (running())
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return status_;
+  }
+
+  std::string err() const {
+    std::ifstream in{err_};
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  std::string out() const {
+    std::ifstream in{out_};
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+private:
+  std::string out_;
+  std::string err_;
+  pid_t pid_ = -1;
+  bool done_ = false;
+  int status_ = -1;
+};
+
+// curl's output, or "" when the request failed.
+std::string curl(uint16_t port, const std::string& path = "/metrics") {
+  auto cmd = "curl -sS --fail --max-time 3 http://127.0.0.1:"
+             + std::to_string(port) + path + " 2>/dev/null";
+  auto* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr)
+    return {};
+  std::string out;
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
+    out.append(buf, n);
+  if (::pclose(p) != 0)
+    return {};
+  return out;
+}
+
+// Parses the text exposition format strictly: every sample line is
+// `name{labels} value` of a family with a # TYPE line. Returns the samples
+// (key: name with labels) or fails the test.
+std::map<std::string, double> parse_prometheus(const std::string& text) {
+  static const std::regex sample{
+      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*")(,[a-zA-Z_][a-zA-Z0-9_]*="([^"\\]|\\.)*")*\})? ([-+]?([0-9.eE+-]+|Inf|NaN))$)"};
+  static const std::regex type_line{
+      R"(^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)$)"};
+  std::map<std::string, std::string> types;
+  std::map<std::string, double> out;
+  std::istringstream in{text};
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty())
+      continue;
+    std::smatch m;
+    if (line.rfind("# HELP ", 0) == 0)
+      continue;
+    if (std::regex_match(line, m, type_line)) {
+      types[m[1]] = m[2];
+      continue;
+    }
+    REQUIRE_MESSAGE(std::regex_match(line, m, sample), "bad line: " << line);
+    std::string name = m[1];
+    auto family = name;
+    for (auto suffix : {"_bucket", "_sum", "_count"})
+      if (types.count(family) == 0 && family.size() > std::strlen(suffix)
+          && family.compare(family.size() - std::strlen(suffix),
+                            std::string::npos, suffix)
+                 == 0)
+        family = family.substr(0, family.size() - std::strlen(suffix));
+    CHECK_MESSAGE(types.count(family) == 1, "no # TYPE for " << name);
+    auto value = line.substr(line.rfind(' ') + 1);
+    out[line.substr(0, line.rfind(' '))] =
+        value == "+Inf" ? 1e308 : std::stod(value);
+  }
+  return out;
+}
+
+// Sum of every series of `family` (counters and gauges).
+double total(const std::map<std::string, double>& xs,
+             const std::string& family) {
+  double sum = 0;
+  for (auto& [k, v] : xs)
+    if (k == family || k.rfind(family + "{", 0) == 0)
+      sum += v;
+  return sum;
+}
+
+// The status code of the answer to `request` sent on a raw connection.
+int raw_status(uint16_t port, const std::string& request) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  ::shutdown(fd, SHUT_WR);
+  std::string answer;
+  char buf[1024];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0)
+      break;
+    auto n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0)
+      break;
+    answer.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  if (answer.compare(0, 9, "HTTP/1.1 ") != 0)
+    return -1;
+  return std::stoi(answer.substr(9, 3));
+}
+
+std::vector<std::string> small_run(const temp_dir& dir,
+                                   std::vector<std::string> extra) {
+  std::vector<std::string> args{dualpath_binary(),
+                                "run",
+                                "--quiet",
+                                "--agents",
+                                "4",
+                                "--prefill-nodes",
+                                "1",
+                                "--decode-nodes",
+                                "1",
+                                "--set",
+                                "hardware.gpus_per_node=2",
+                                "--byte-scale",
+                                "656",
+                                "--store-dir",
+                                dir.file("store")};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// Scrapes every 200 ms while `run` runs; returns the successful scrapes.
+std::vector<std::string> scrape_while(background_run& run, uint16_t port) {
+  std::vector<std::string> scrapes;
+  while (run.running()) {
+    auto text = curl(port);
+    if (!text.empty())
+      scrapes.push_back(std::move(text));
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return scrapes;
+}
+
+struct span {
+  std::string name;
+  double ts = 0;
+  double dur = 0;
+  int pid = 0;
+  int tid = 0;
+  uint64_t request = 0;
+  int layer = -1;
+};
+
+bool inside(const span& x, const span& outer) {
+  const double eps = 0.002; // us: rounding of ns to the JSON's 3 decimals
+  return outer.ts - eps <= x.ts && x.ts + x.dur <= outer.ts + outer.dur + eps;
+}
+
+} // namespace
+
+TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
+          "timeline nests") {
+  temp_dir dir;
+  auto port = free_port();
+  auto trace = dir.file("trace.json");
+  background_run run{dir,
+                     small_run(dir, {"--mode", "basic,dualpath", "--turns", "3",
+                                     "--time-scale", "4", "--metrics-port",
+                                     std::to_string(port), "--trace", trace})};
+  // Wait for the endpoint, then refuse some bad requests while it works.
+  std::string first;
+  for (int i = 0; i < 600 && first.empty() && run.running(); ++i) {
+    first = curl(port);
+    if (first.empty())
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  REQUIRE_MESSAGE(!first.empty(), "no endpoint; stderr: " << run.err());
+  CHECK(raw_status(port, "GARBAGE\r\n\r\n") == 400);
+  CHECK(raw_status(port, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n") == 404);
+  CHECK(raw_status(port, "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n") == 405);
+  CHECK(raw_status(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n"
+                         "Content-Length: 100000000\r\n\r\n")
+        == 413);
+  CHECK(raw_status(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nX: "
+                             + std::string(40000, 'x') + "\r\n\r\n")
+        == 431);
+  auto scrapes = scrape_while(run, port);
+  scrapes.insert(scrapes.begin(), first);
+  REQUIRE_MESSAGE(run.wait() == 0, run.err());
+  MESSAGE(scrapes.size() << " scrapes");
+  REQUIRE(scrapes.size() >= 2);
+  // Parseable, counters never go down, and they moved.
+  std::vector<std::map<std::string, double>> parsed;
+  for (auto& s : scrapes)
+    parsed.push_back(parse_prometheus(s));
+  for (size_t i = 1; i < parsed.size(); ++i)
+    for (auto& [k, v] : parsed[i - 1])
+      if (k.find("_total") != std::string::npos && parsed[i].count(k))
+        CHECK_MESSAGE(parsed[i].at(k) >= v, k);
+  auto& a = parsed.front();
+  auto& b = parsed.back();
+  for (auto family :
+       {"dualpath_snic_bytes_total", "dualpath_requests_completed_total",
+        "dualpath_prefill_layers_total",
+        "dualpath_storage_blocks_read_total"}) {
+    CAPTURE(family);
+    CHECK(total(b, family) > total(a, family));
+  }
+  CHECK(total(b, "dualpath_ttft_seconds_count") > 0);
+  CHECK(b.count("dualpath_tcp_fallback_total") == 1);
+  CHECK(b.count("dualpath_errors_total") + total(b, "dualpath_errors_total")
+        >= 1); // present (0 when nothing failed)
+  // The timeline.
+  std::ifstream in{trace};
+  REQUIRE(in);
+  auto doc = json::parse(in);
+  std::map<int, std::string> process;
+  std::vector<span> spans;
+  for (auto& ev : doc.at("traceEvents")) {
+    if (ev["ph"] == "M" && ev["name"] == "process_name")
+      process[ev["pid"].get<int>()] = ev["args"]["name"];
+    if (ev["ph"] != "X")
+      continue;
+    span s;
+    s.name = ev["name"];
+    s.ts = ev["ts"];
+    s.dur = ev["dur"];
+    s.pid = ev["pid"];
+    s.tid = ev["tid"];
+    s.request = ev["args"]["request"];
+    if (ev["args"].contains("layer"))
+      s.layer = ev["args"]["layer"];
+    CHECK(s.dur >= 0);
+    spans.push_back(s);
+  }
+  // Every track nests.
+  std::map<std::pair<int, int>, std::vector<const span*>> tracks;
+  for (auto& s : spans)
+    tracks[{s.pid, s.tid}].push_back(&s);
+  for (auto& [key, xs] : tracks)
+    for (auto* x : xs)
+      for (auto* y : xs) {
+        if (x == y)
+          continue;
+        bool disjoint =
+            x->ts + x->dur <= y->ts + 0.002 || y->ts + y->dur <= x->ts + 0.002;
+        CHECK_MESSAGE((disjoint || inside(*x, *y) || inside(*y, *x)),
+                      x->name << " and " << y->name << " overlap on pid "
+                              << key.first << " tid " << key.second);
+      }
+  // Every request: prefill and decode spans; every layer: compute and send
+  // inside its prefill span.
+  std::map<std::string, std::map<uint64_t, const span*>> prefill_of;
+  std::map<std::string, std::set<uint64_t>> decoded;
+  std::set<int> layers;
+  for (auto& s : spans) {
+    auto mode = process[s.pid].substr(0, process[s.pid].find(' '));
+    if (s.name == "prefill")
+      prefill_of[mode][s.request] = &s;
+    if (s.name == "decode")
+      decoded[mode].insert(s.request);
+    if (s.layer >= 0)
+      layers.insert(s.layer);
+  }
+  REQUIRE(prefill_of.size() == 2); // basic and dualpath
+  REQUIRE(!layers.empty());
+  CHECK(*layers.rbegin() + 1 == static_cast<int>(layers.size()));
+  for (auto& [mode, reqs] : prefill_of) {
+    CAPTURE(mode);
+    CHECK(reqs.size() == 12); // 4 agents x 3 turns
+    CHECK(decoded[mode].size() == reqs.size());
+    for (auto& [id, pre] : reqs) {
+      CAPTURE(id);
+      std::map<std::string, std::set<int>> steps;
+      for (auto& s : spans)
+        if (s.request == id && s.layer >= 0
+            && process[s.pid].rfind(mode + " ", 0) == 0) {
+          CHECK_MESSAGE(inside(s, *pre), s.name << " of layer " << s.layer);
+          steps[s.name].insert(s.layer);
+        }
+      CHECK(steps["compute"].size() == layers.size());
+      CHECK(steps["send"].size() == layers.size());
+      // Hit blocks reach the GPU per layer: locally (h2d) or pushed from the
+      // decode node (transfer).
+      std::set<int> loaded = steps["h2d"];
+      loaded.insert(steps["transfer"].begin(), steps["transfer"].end());
+      CHECK(loaded.size() == layers.size());
+    }
+  }
+}
+
+TEST_CASE("the extension example: a run with the prefetching reader") {
+  temp_dir dir;
+  auto port = free_port();
+  background_run run{
+      dir, small_run(dir, {"--mode", "dualpath", "--turns", "3", "--time-scale",
+                           "4", "--json", "--set", "storage.reader=prefetching",
+                           "--metrics-port", std::to_string(port)})};
+  auto scrapes = scrape_while(run, port);
+  REQUIRE_MESSAGE(run.wait() == 0, run.err());
+  auto doc = json::parse(run.out());
+  auto& m = doc["modes"]["dualpath"];
+  CHECK(m["verify_failures"] == 0);
+  CHECK(m["blocks_verified"].get<double>() > 0);
+  REQUIRE(!scrapes.empty());
+  double prefetched = 0;
+  for (auto& s : scrapes)
+    prefetched = std::max(prefetched, total(parse_prometheus(s),
+                                            "dualpath_prefetch_blocks_total"));
+  CHECK(prefetched > 0);
+}

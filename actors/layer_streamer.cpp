@@ -529,6 +529,31 @@ caf::behavior streamer(self_ptr self, engine_config cfg,
     auto& b = self->state.batch;
     return b && b->plan.batch_id == batch_id && l < b->layers.size();
   };
+  // A decode engine of a queued or streaming batch was lost (its node died;
+  // the prefill engine passes the notice on): nobody answers its pushes, so
+  // those batches fail now and the scheduler re-queues their requests.
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    auto involves = [&dm](const stream_plan& p) {
+      return std::any_of(p.items.begin(), p.items.end(), [&dm](auto& it) {
+        return it.decode_actor && it.decode_actor.address() == dm.source;
+      });
+    };
+    auto lost = [] {
+      return caf::make_error(caf::sec::request_receiver_down,
+                             "decode engine lost");
+    };
+    auto& st = self->state;
+    for (auto i = st.queue.begin(); i != st.queue.end();) {
+      if (involves(i->first)) {
+        i->second.deliver(lost());
+        i = st.queue.erase(i);
+      } else {
+        ++i;
+      }
+    }
+    if (st.batch && involves(st.batch->plan))
+      fail(self, lost());
+  });
   return {
       [self](stream_atom, stream_plan& plan) -> caf::result<stream_report> {
         auto rp = self->make_response_promise<stream_report>();

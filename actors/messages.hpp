@@ -480,23 +480,30 @@ struct node_info {
   endpoint_info endpoint;
   std::vector<std::string> actor_names;
   std::vector<caf::actor> actors;
+  /// Digest of the settings the node's actors were built from; the
+  /// supervisor refuses a node whose digest differs from its own.
+  std::string settings_digest;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_info& x) {
   return f(caf::meta::type_name("node_info"), x.name, x.engines, x.endpoint,
-           x.actor_names, x.actors);
+           x.actor_names, x.actors, x.settings_digest);
 }
 
 /// The cluster as the supervisor sees it.
 struct cluster_view {
-  uint64_t epoch = 0;
+  uint64_t epoch = 0; ///< Incremented on every join, leave and loss.
   std::vector<node_info> nodes;
+  /// The cluster's emulated time origin (system clock, ns since the Unix
+  /// epoch): every node maps it onto its own actor clock.
+  int64_t origin_unix_ns = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
-  return f(caf::meta::type_name("cluster_view"), x.epoch, x.nodes);
+  return f(caf::meta::type_name("cluster_view"), x.epoch, x.nodes,
+           x.origin_unix_ns);
 }
 
 /// One named sample in a snapshot (unit in the name: `_bytes`, `_tokens`, ...).

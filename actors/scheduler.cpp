@@ -1,5 +1,6 @@
 #include "actors/scheduler.hpp"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
 
@@ -20,7 +21,16 @@ struct tracked_request {
   bool assigned = false; // has a prefill engine and a read plan
   scheduler::fetch_decision decision;
   bool dispatched = false; // sent to its prefill engine
+  uint32_t decode = 0;     // decode engine index once dispatched
+  // Times the request was re-queued after losing an engine; engines see the
+  // id `spec.id + (attempt << attempt_shift)`, so a late message of an
+  // earlier attempt can never be mistaken for the current one.
+  uint32_t attempt = 0;
 };
+
+// Request ids the engines see carry the attempt in their top bits.
+constexpr int attempt_shift = 48;
+constexpr uint64_t id_mask = (uint64_t{1} << attempt_shift) - 1;
 
 struct scheduler_state {
   static inline const char* name = "dualpath.scheduler";
@@ -38,6 +48,9 @@ struct scheduler_state {
   // Prefill engines of each prefill group (candidates of that group's fetch).
   std::vector<std::vector<uint32_t>> pe_groups;
   std::vector<uint32_t> all_pes;
+  // Engines whose actor went down (monitored), until they enroll again.
+  std::vector<bool> pe_lost;
+  std::vector<bool> de_lost;
   scheduler_counters counters;
 };
 
@@ -52,6 +65,7 @@ assignment make_assignment(scheduler_state& s, tracked_request& t,
                            uint32_t decode_index) {
   assignment a;
   a.request = t.spec;
+  a.request.id = t.spec.id + (uint64_t{t.attempt} << attempt_shift);
   a.prefill = s.cfg.prefill[t.decision.prefill].id;
   a.decode = s.cfg.decode[decode_index].id;
   a.plan.hit_blocks = t.decision.reads.hit_blocks;
@@ -130,6 +144,7 @@ work_batch apply(self_ptr self, const scheduler::fetch_result& res,
       continue;
     auto& t = i->second;
     t.dispatched = true;
+    t.decode = p.decode;
     ++s.counters.placed;
     auto a = make_assignment(s, t, p.decode);
     auto pe = t.decision.prefill;
@@ -145,6 +160,84 @@ work_batch apply(self_ptr self, const scheduler::fetch_result& res,
                      prefill_atom_v, std::move(batch));
   }
   return reply;
+}
+
+// A decode group all of whose engines are lost takes no new requests.
+bool group_lost(const scheduler_state& s, uint32_t group) {
+  for (auto m : s.st.decode_groups[group].members)
+    if (!s.de_lost[m])
+      return false;
+  return true;
+}
+
+// Puts a request that lost its engine back at the head of the waiting queue
+// (its result still goes to the original submitter, exactly once).
+void requeue(self_ptr self, tracked_request& t, const std::string& why) {
+  auto& s = self->state;
+  t.assigned = false;
+  t.dispatched = false;
+  ++t.attempt;
+  ++s.counters.rerouted;
+  s.waiting.push_front(t.info);
+  emit_event(self, "reroute", t.spec.id, why);
+}
+
+// Requests routed to a lost decode group (or assigned to a lost prefill
+// engine) that no engine holds yet go back to the waiting queue; no engine
+// ever held them, so they are not counted as rerouted.
+void drain_lost(self_ptr self) {
+  auto& s = self->state;
+  for (uint32_t g = 0; g < s.st.decode_groups.size(); ++g) {
+    auto& pend = s.st.decode_groups[g].pending;
+    bool lost = group_lost(s, g);
+    for (auto i = pend.begin(); i != pend.end();) {
+      auto t = s.requests.find(i->id);
+      bool pe_gone = t != s.requests.end() && t->second.assigned
+                     && s.pe_lost[t->second.decision.prefill];
+      if (!lost && !pe_gone) {
+        ++i;
+        continue;
+      }
+      if (t != s.requests.end() && !t->second.dispatched) {
+        t->second.assigned = false;
+        s.waiting.push_front(t->second.info);
+      }
+      s.st.decode_groups[g].total_tokens -= std::min<uint64_t>(
+          s.st.decode_groups[g].total_tokens, i->prompt_tokens);
+      i = pend.erase(i);
+    }
+    if (lost) // never the least loaded group while it is gone
+      s.st.decode_groups[g].total_tokens = uint64_t{1} << 62;
+  }
+}
+
+// An engine went down: stop choosing it and re-queue what it held.
+void engine_lost(self_ptr self, engine_role role, uint32_t index,
+                 const std::string& why) {
+  auto& s = self->state;
+  if (role == engine_role::prefill) {
+    s.pe_lost[index] = true;
+    s.pe_actor[index] = nullptr;
+    s.all_pes.erase(std::remove(s.all_pes.begin(), s.all_pes.end(), index),
+                    s.all_pes.end());
+  } else {
+    s.de_lost[index] = true;
+    s.de_actor[index] = nullptr;
+    s.st.decode[index].free_hbm_bytes = 0;
+  }
+  auto& eid = role == engine_role::prefill ? s.cfg.prefill[index].id
+                                           : s.cfg.decode[index].id;
+  auto name = eid.node + "/" + to_string(role) + std::to_string(eid.rank);
+  for (auto& [id, t] : s.requests) {
+    if (!t.dispatched)
+      continue;
+    bool hit = role == engine_role::prefill ? t.decision.prefill == index
+                                            : t.decode == index;
+    if (hit)
+      requeue(self, t, name + " lost: " + why);
+  }
+  drain_lost(self);
+  emit_event(self, "engine_down", 0, name + ": " + why);
 }
 
 } // namespace
@@ -186,6 +279,8 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
     s.policy = scheduler::make_policy(s.cfg.policy);
     s.pe_actor.resize(s.cfg.prefill.size());
     s.de_actor.resize(s.cfg.decode.size());
+    s.pe_lost.resize(s.cfg.prefill.size(), false);
+    s.de_lost.resize(s.cfg.decode.size(), false);
     for (uint32_t i = 0; i < s.cfg.prefill.size(); ++i) {
       s.pe_index[key_of(s.cfg.prefill[i].id)] = i;
       s.all_pes.push_back(i);
@@ -197,16 +292,16 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
     for (uint32_t i = 0; i < s.cfg.decode.size(); ++i)
       s.de_index[key_of(s.cfg.decode[i].id)] = i;
     self->set_down_handler([self](const caf::down_msg& dm) {
-      // An engine died: forget its handle. Re-queueing its requests is the
-      // node-loss handling of the distribution layer.
+      // An engine died (or its node was lost: a remote node's actors go
+      // down with remote_link_unreachable): re-queue every request it held
+      // and stop choosing it until it enrolls again.
       auto& s = self->state;
-      for (auto& h : s.pe_actor)
-        if (h && h.address() == dm.source)
-          h = nullptr;
-      for (auto& h : s.de_actor)
-        if (h && h.address() == dm.source)
-          h = nullptr;
-      emit_event(self, "engine_down", 0, to_string(dm.reason));
+      for (uint32_t i = 0; i < s.pe_actor.size(); ++i)
+        if (s.pe_actor[i] && s.pe_actor[i].address() == dm.source)
+          engine_lost(self, engine_role::prefill, i, to_string(dm.reason));
+      for (uint32_t i = 0; i < s.de_actor.size(); ++i)
+        if (s.de_actor[i] && s.de_actor[i].address() == dm.source)
+          engine_lost(self, engine_role::decode, i, to_string(dm.reason));
     });
     return {
         [self](submit_atom, request_spec& spec) -> caf::result<request_result> {
@@ -256,8 +351,13 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
           // up to beta tokens per engine of the whole queue while the other
           // groups idle (measured: half the prefill GPUs unused at 2P4D);
           // assignments for other groups are pushed to their engines.
+          if (s.all_pes.empty()) {
+            ++s.counters.empty_fetches;
+            return {};
+          }
           auto res = s.policy->fetch(s.st, s.waiting, s.all_pes);
           auto batch = apply(self, res, rep.group);
+          drain_lost(self);
           if (batch.items.empty())
             ++s.counters.empty_fetches;
           return batch;
@@ -288,15 +388,44 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
             return false;
           actors[i->second] = reg.handle;
           self->monitor(reg.handle);
+          // A lost engine that comes back (its node restarted) is used again.
+          if (reg.engine.role == engine_role::prefill) {
+            if (s.pe_lost[i->second]) {
+              s.pe_lost[i->second] = false;
+              s.all_pes.push_back(i->second);
+              std::sort(s.all_pes.begin(), s.all_pes.end());
+            }
+          } else if (s.de_lost[i->second]) {
+            s.de_lost[i->second] = false;
+            auto g = s.cfg.decode[i->second].group;
+            auto& grp = s.st.decode_groups[g];
+            uint64_t total = 0;
+            for (auto m : grp.members)
+              if (!s.de_lost[m])
+                total += s.st.decode[m].tok;
+            for (auto& r : grp.pending)
+              total += r.prompt_tokens;
+            grp.total_tokens = total;
+          }
+          emit_event(self, "engine_enrolled", 0, reg.engine.node);
           return true;
         },
         [self](done_atom, request_result& res) {
           auto& s = self->state;
-          auto i = s.requests.find(res.id);
+          auto attempt = static_cast<uint32_t>(res.id >> attempt_shift);
+          auto i = s.requests.find(res.id & id_mask);
           if (i == s.requests.end()) {
             emit_event(self, "unknown_done", res.id, "");
             return;
           }
+          if (attempt != i->second.attempt) {
+            // An earlier attempt finished after all: its result is not
+            // counted (the current attempt's will be).
+            emit_event(self, "stale_done", res.id, "");
+            return;
+          }
+          res.id &= id_mask;
+          res.reroutes += i->second.attempt;
           ++s.counters.completed;
           observe_done(s, res);
           i->second.promise.deliver(std::move(res));

@@ -65,6 +65,8 @@ struct scheduler_counters {
   uint64_t completed = 0;
   uint64_t fetches = 0;
   uint64_t empty_fetches = 0;
+  /// Requests re-queued because an engine holding them was lost.
+  uint64_t rerouted = 0;
 };
 
 /// Spawns the scheduler. Fails with caf::sec::invalid_argument (naming the

@@ -101,5 +101,6 @@ std::vector<std::unique_ptr<command>> make_commands();
 std::unique_ptr<command> make_plan_command();
 std::unique_ptr<command> make_config_command();
 std::unique_ptr<command> make_run_command();
+std::unique_ptr<command> make_node_command();
 
 } // namespace dualpath::cmd

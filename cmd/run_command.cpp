@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "actors/cluster/job.hpp"
+#include "actors/node/cluster_file.hpp"
+#include "actors/node/node_runtime.hpp"
 #include "actors/register.hpp"
 #include "cmd/command.hpp"
 
@@ -143,6 +145,11 @@ public:
     flags.add(app, "--trace", "observe.trace_file");
     flags.add(app, "--metrics-port", "observe.metrics_port");
     app.add_flag("--quiet", quiet_, "No progress line.");
+    app.add_option("--cluster", cluster_file_,
+                   "Drive a running deployment (`dualpath node` processes "
+                   "of this cluster file) instead of an embedded cluster: "
+                   "the deployment's one mode, same report.")
+        ->type_name("FILE");
   }
 
   int run(const invocation& inv) override {
@@ -187,7 +194,18 @@ public:
         rates.push_back(x);
       }
     }
-    auto res = run_job(cfg, opts);
+    caf::expected<job_result> res{job_result{}};
+    if (!cluster_file_.empty()) {
+      auto cf = actors::node::load_cluster(cluster_file_);
+      if (!cf)
+        return inv.fail(name(), to_text(cf.error()), exit_usage);
+      if (!rates.empty())
+        return inv.fail(name(), "--aps-sweep is not available with --cluster",
+                        exit_usage);
+      res = actors::node::run_cluster_job(cfg, *cf, opts, inv.err);
+    } else {
+      res = run_job(cfg, opts);
+    }
     if (!res) {
       auto& err = res.error();
       // Bad configuration or a bad trace file is bad input (2); anything
@@ -325,6 +343,7 @@ private:
   std::string sweep_;
   std::string trace_file_;
   std::string plot_dir_;
+  std::string cluster_file_;
   bool quiet_ = false;
 };
 

@@ -184,6 +184,202 @@ std::vector<snic_usage> embedded_cluster::snic_usage_now() const {
   return out;
 }
 
+caf::expected<built_node>
+build_node(caf::actor_system& sys, const cluster_spec& spec,
+           const std::string& name, engine_role role,
+           std::shared_ptr<transport::bulk::backend> bulk,
+           std::shared_ptr<transport::storage::block_store> store,
+           const emulated_time& time) {
+  if (!store || !bulk)
+    return bad_config("node " + name + " needs a block store and a bulk "
+                                       "backend");
+  auto file_bytes = store->geometry().file_bytes();
+  built_node out;
+  auto node = std::make_shared<node_resources>();
+  node->role = role;
+  node->name = name;
+  node->snic =
+      std::make_shared<emulated_link>(node->name + ".snic", spec.snic_bytes_per_s);
+  node->dram =
+      std::make_shared<emulated_link>(node->name + ".dram", spec.dram_bytes_per_s);
+  for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
+    auto gpu = node->name + ".cnic" + std::to_string(g);
+    node->cnic_rx.push_back(
+        std::make_shared<emulated_link>(gpu + ".rx", spec.cnic_bytes_per_s));
+    node->cnic_tx.push_back(
+        std::make_shared<emulated_link>(gpu + ".tx", spec.cnic_bytes_per_s));
+  }
+  node->bulk = std::move(bulk);
+  node->store = store;
+  // The reader's buffer pool, registered once with the bulk transport.
+  auto pool = transport::storage::buffer_pool::make(
+      std::max(spec.reader_buffer_bytes,
+               uint64_t{spec.reader_min_blocks} * file_bytes),
+      file_bytes);
+  if (!pool)
+    return pool.error();
+  auto reg = node->bulk->register_region((*pool)->base(), (*pool)->size());
+  if (!reg)
+    return reg.error();
+  storage_reader_config rc;
+  rc.node = node->name;
+  rc.region_id = reg->id();
+  rc.region_key = reg->describe().key;
+  rc.store = store;
+  rc.pool = *pool;
+  rc.io_threads = spec.reader_io_threads;
+  rc.max_inflight = spec.reader_queue_depth;
+  // Pacing in emulated time: nominal bytes on the node's storage NIC.
+  rc.pace = [link = node->snic, time, scale = spec.byte_scale](
+                uint64_t bytes, emulated_time::time_point now) {
+    auto emu_now = time.to_emulated(now);
+    auto done = link->reserve(bytes * scale, emu_now);
+    return now + time.to_actor(done - emu_now);
+  };
+  // Persist sources are regions of this node (a decode engine's DRAM
+  // buffer) in this process; anything else is refused.
+  rc.resolve =
+      [name = node->name](
+          const remote_region& r) -> caf::expected<const std::byte*> {
+    if (r.node != name)
+      return caf::make_error(caf::sec::invalid_argument,
+                             "persist source of node " + r.node
+                                 + " is not local to " + name);
+    return reinterpret_cast<const std::byte*>(r.base) + r.offset;
+  };
+  rc.hooks = spec.hooks;
+  auto slots = (*pool)->slots();
+  auto reader = spawn_storage_reader(sys, std::move(rc));
+  if (!reader)
+    return reader.error();
+  node->reader = *reader;
+  if (spec.reader == "prefetching") {
+    // The extension example in front of the node's reader; it keeps at most
+    // a quarter of the pool, so ordinary reads always find room.
+    extensions::prefetch_config pc;
+    pc.node = node->name;
+    pc.max_blocks = std::max<uint32_t>(
+        1, std::min<uint32_t>(spec.prefetch_blocks,
+                              static_cast<uint32_t>(slots / 4)));
+    pc.observer = spec.observer;
+    node->reader =
+        extensions::spawn_prefetching_reader(sys, *reader, std::move(pc));
+  }
+  out.keep_alive.push_back(
+      std::make_shared<transport::bulk::local_registration>(std::move(*reg)));
+  out.keep_alive.push_back(*pool);
+  out.node = std::move(node);
+  return out;
+}
+
+scheduler_config
+scheduler_config_for(const cluster_spec& spec,
+                     const std::vector<std::string>& prefill_names,
+                     const std::vector<std::string>& decode_names,
+                     std::shared_ptr<transport::storage::block_store> store) {
+  scheduler_config sched;
+  sched.policy = spec.policy;
+  sched.block_tokens = spec.block_tokens;
+  sched.kv_bytes_per_token = kv_bytes_per_token(spec.model);
+  sched.store = std::move(store);
+  sched.hooks = spec.hooks;
+  sched.observer = spec.observer;
+  auto read_tokens_per_s = static_cast<double>(spec.snic_bytes_per_s)
+                           / static_cast<double>(sched.kv_bytes_per_token);
+  auto add = [&](const std::string& name, engine_role role, uint32_t group,
+                 uint32_t node) {
+    sched.nodes.push_back(scheduler::node_state{0, read_tokens_per_s});
+    for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
+      scheduled_engine e;
+      e.id = engine_id{name, role, g};
+      e.node = node;
+      e.group = group;
+      (role == engine_role::prefill ? sched.prefill : sched.decode)
+          .push_back(e);
+    }
+  };
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < prefill_names.size(); ++i)
+    add(prefill_names[i], engine_role::prefill, i, n++);
+  for (uint32_t i = 0; i < decode_names.size(); ++i)
+    add(decode_names[i], engine_role::decode, i, n++);
+  return sched;
+}
+
+caf::expected<std::vector<caf::actor>>
+spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
+                   const node_ptr& node, uint32_t group,
+                   const emulated_time& time, const scheduler_actor& scheduler) {
+  caf::scoped_actor self{sys};
+  std::vector<caf::actor> members;
+  std::vector<engine_config> configs;
+  for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
+    engine_config ec;
+    ec.id = engine_id{node->name, node->role, g};
+    ec.group = group;
+    ec.mode = spec.mode;
+    ec.layer_window = spec.layer_window;
+    ec.model.layers = spec.model.layers;
+    ec.model.block_tokens = spec.block_tokens;
+    ec.model.nominal_bytes_per_token_layer =
+        spec.model.kv_bytes_per_token_layer;
+    ec.model.real_bytes_per_token_layer = real_bytes_per_token_layer(spec);
+    ec.model.active_params = spec.model.active_params;
+    ec.model.attn_heads = spec.model.attention_heads;
+    ec.model.attn_qk_dim = spec.model.qk_head_dim;
+    ec.model.attn_v_dim = spec.model.v_head_dim;
+    ec.time = time;
+    ec.byte_scale = spec.byte_scale;
+    ec.node = node;
+    gpu::device_options dopts;
+    dopts.backend = gpu::backend_choice::host;
+    dopts.hbm_budget =
+        std::max<uint64_t>(real_bytes(spec.hbm_bytes, spec.byte_scale), 1);
+    auto dev = gpu::make_host_device(dopts);
+    if (!dev)
+      return dev.error();
+    ec.device = *dev;
+    ec.gpu_flops = spec.gpu.tflops * 1e12 * spec.gpu.compute_efficiency;
+    ec.hbm_bytes = spec.hbm_bytes;
+    ec.hbm_bandwidth = spec.gpu.hbm_tbps * 1e12 * spec.gpu.hbm_efficiency;
+    ec.dram_buffer_bytes = spec.dram_buffer_bytes / spec.gpus_per_node;
+    ec.fetch_period_ns = spec.fetch_period_ns;
+    ec.scheduler = caf::actor_cast<caf::actor>(scheduler);
+    ec.hooks = spec.hooks;
+    ec.observer = spec.observer;
+    configs.push_back(std::move(ec));
+  }
+  // Members first, the leader (rank 0) last, so it knows its group.
+  std::vector<caf::actor> spawned;
+  for (uint32_t g = spec.gpus_per_node; g-- > 0;) {
+    auto& ec = configs[g];
+    if (g == 0)
+      ec.group_members = members;
+    caf::actor hdl;
+    if (node->role == engine_role::prefill) {
+      hdl = caf::actor_cast<caf::actor>(spawn_prefill_engine(sys, ec));
+    } else {
+      hdl = caf::actor_cast<caf::actor>(spawn_decode_engine(sys, ec));
+    }
+    members.insert(members.begin(), hdl);
+    spawned.push_back(hdl);
+    bool enrolled = false;
+    auto pending = self->request(scheduler, std::chrono::seconds(10),
+                                 enroll_atom_v,
+                                 engine_registration{ec.id, ec.group, hdl});
+    pending.receive([&](bool ok) { enrolled = ok; },
+                               [&](caf::error&) { enrolled = false; });
+    if (!enrolled) {
+      for (auto& h : spawned)
+        self->send_exit(h, caf::exit_reason::user_shutdown);
+      return bad_config("engine " + ec.id.node + "/"
+                        + std::to_string(ec.id.rank)
+                        + " could not enroll with the scheduler");
+    }
+  }
+  return members;
+}
+
 caf::expected<std::unique_ptr<embedded_cluster>>
 embedded_cluster::make(caf::actor_system& sys, const cluster_spec& spec,
                        std::shared_ptr<transport::storage::block_store> store) {
@@ -192,192 +388,52 @@ embedded_cluster::make(caf::actor_system& sys, const cluster_spec& spec,
   std::unique_ptr<embedded_cluster> c{new embedded_cluster(sys, spec)};
   c->time_ = emulated_time{sys.clock().now(), spec.time_scale};
   auto fabric = transport::bulk::make_local_fabric();
-  auto file_bytes = store->geometry().file_bytes();
   // -- nodes
   // -------------------------------------------------------------------
-  scheduler_config sched;
-  sched.policy = spec.policy;
-  sched.block_tokens = spec.block_tokens;
-  sched.kv_bytes_per_token = kv_bytes_per_token(spec.model);
-  sched.store = store;
-  sched.hooks = spec.hooks;
-  sched.observer = spec.observer;
-  auto read_tokens_per_s = static_cast<double>(spec.snic_bytes_per_s)
-                           / static_cast<double>(sched.kv_bytes_per_token);
+  std::vector<std::string> pe_names;
+  std::vector<std::string> de_names;
   auto total_nodes = spec.prefill_nodes + spec.decode_nodes;
   for (uint32_t n = 0; n < total_nodes; ++n) {
     auto role =
         n < spec.prefill_nodes ? engine_role::prefill : engine_role::decode;
-    auto node = std::make_shared<node_resources>();
-    node->role = role;
-    node->name = role == engine_role::prefill
-                     ? "pe" + std::to_string(n)
-                     : "de" + std::to_string(n - spec.prefill_nodes);
-    node->snic = std::make_shared<emulated_link>(node->name + ".snic",
-                                                 spec.snic_bytes_per_s);
-    node->dram = std::make_shared<emulated_link>(node->name + ".dram",
-                                                 spec.dram_bytes_per_s);
-    for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
-      auto gpu = node->name + ".cnic" + std::to_string(g);
-      node->cnic_rx.push_back(
-          std::make_shared<emulated_link>(gpu + ".rx", spec.cnic_bytes_per_s));
-      node->cnic_tx.push_back(
-          std::make_shared<emulated_link>(gpu + ".tx", spec.cnic_bytes_per_s));
-    }
+    auto name = role == engine_role::prefill
+                    ? "pe" + std::to_string(n)
+                    : "de" + std::to_string(n - spec.prefill_nodes);
+    (role == engine_role::prefill ? pe_names : de_names).push_back(name);
     transport::bulk::options bopts;
     bopts.backend = "local";
-    bopts.node = node->name;
+    bopts.node = name;
     auto bulk = transport::bulk::make_local_backend(bopts, fabric);
     if (!bulk)
       return bulk.error();
-    node->bulk = std::shared_ptr<transport::bulk::backend>(std::move(*bulk));
-    node->store = store;
-    // The reader's buffer pool, registered once with the bulk transport.
-    auto pool = transport::storage::buffer_pool::make(
-        std::max(spec.reader_buffer_bytes,
-                 uint64_t{spec.reader_min_blocks} * file_bytes),
-        file_bytes);
-    if (!pool)
-      return pool.error();
-    auto reg = node->bulk->register_region((*pool)->base(), (*pool)->size());
-    if (!reg)
-      return reg.error();
-    storage_reader_config rc;
-    rc.node = node->name;
-    rc.region_id = reg->id();
-    rc.region_key = reg->describe().key;
-    rc.store = store;
-    rc.pool = *pool;
-    rc.io_threads = spec.reader_io_threads;
-    rc.max_inflight = spec.reader_queue_depth;
-    // Pacing in emulated time: nominal bytes on the node's storage NIC.
-    rc.pace = [link = node->snic, time = c->time_, scale = spec.byte_scale](
-                  uint64_t bytes, emulated_time::time_point now) {
-      auto emu_now = time.to_emulated(now);
-      auto done = link->reserve(bytes * scale, emu_now);
-      return now + time.to_actor(done - emu_now);
-    };
-    // Persist sources are regions of this node (a decode engine's DRAM
-    // buffer) in this process; anything else is refused.
-    rc.resolve =
-        [name = node->name](
-            const remote_region& r) -> caf::expected<const std::byte*> {
-      if (r.node != name)
-        return caf::make_error(caf::sec::invalid_argument,
-                               "persist source of node " + r.node
-                                   + " is not local to " + name);
-      return reinterpret_cast<const std::byte*>(r.base) + r.offset;
-    };
-    rc.hooks = spec.hooks;
-    auto slots = (*pool)->slots();
-    auto reader = spawn_storage_reader(sys, std::move(rc));
-    if (!reader)
-      return reader.error();
-    node->reader = *reader;
-    if (spec.reader == "prefetching") {
-      // The extension example in front of the node's reader; it keeps at
-      // most a quarter of the pool, so ordinary reads always find room.
-      extensions::prefetch_config pc;
-      pc.node = node->name;
-      pc.max_blocks = std::max<uint32_t>(
-          1, std::min<uint32_t>(spec.prefetch_blocks,
-                                static_cast<uint32_t>(slots / 4)));
-      pc.observer = spec.observer;
-      node->reader =
-          extensions::spawn_prefetching_reader(sys, *reader, std::move(pc));
-    }
-    c->keep_alive_.push_back(
-        std::make_shared<transport::bulk::local_registration>(std::move(*reg)));
-    c->keep_alive_.push_back(*pool);
-    sched.nodes.push_back(scheduler::node_state{0, read_tokens_per_s});
-    c->nodes_.push_back(std::move(node));
+    auto built = build_node(
+        sys, spec, name, role,
+        std::shared_ptr<transport::bulk::backend>(std::move(*bulk)), store,
+        c->time_);
+    if (!built)
+      return built.error();
+    for (auto& k : built->keep_alive)
+      c->keep_alive_.push_back(std::move(k));
+    c->nodes_.push_back(std::move(built->node));
   }
   // -- engines and scheduler
   // ------------------------------------------------------
-  for (uint32_t n = 0; n < total_nodes; ++n) {
-    auto& node = c->nodes_[n];
-    for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
-      scheduled_engine e;
-      e.id = engine_id{node->name, node->role, g};
-      e.node = n;
-      if (node->role == engine_role::prefill) {
-        e.group = n;
-        sched.prefill.push_back(e);
-      } else {
-        e.group = n - spec.prefill_nodes;
-        sched.decode.push_back(e);
-      }
-    }
-  }
-  auto scheduler = spawn_scheduler(sys, std::move(sched));
+  auto scheduler = spawn_scheduler(
+      sys, scheduler_config_for(spec, pe_names, de_names, store));
   if (!scheduler)
     return scheduler.error();
   c->scheduler_ = *scheduler;
-  caf::scoped_actor self{sys};
   for (uint32_t n = 0; n < total_nodes; ++n) {
     auto& node = c->nodes_[n];
-    std::vector<caf::actor> members;
-    std::vector<engine_config> configs;
-    for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
-      engine_config ec;
-      ec.id = engine_id{node->name, node->role, g};
-      ec.group =
-          node->role == engine_role::prefill ? n : n - spec.prefill_nodes;
-      ec.mode = spec.mode;
-      ec.layer_window = spec.layer_window;
-      ec.model.layers = spec.model.layers;
-      ec.model.block_tokens = spec.block_tokens;
-      ec.model.nominal_bytes_per_token_layer =
-          spec.model.kv_bytes_per_token_layer;
-      ec.model.real_bytes_per_token_layer = real_bytes_per_token_layer(spec);
-      ec.model.active_params = spec.model.active_params;
-      ec.model.attn_heads = spec.model.attention_heads;
-      ec.model.attn_qk_dim = spec.model.qk_head_dim;
-      ec.model.attn_v_dim = spec.model.v_head_dim;
-      ec.time = c->time_;
-      ec.byte_scale = spec.byte_scale;
-      ec.node = node;
-      gpu::device_options dopts;
-      dopts.backend = gpu::backend_choice::host;
-      dopts.hbm_budget =
-          std::max<uint64_t>(real_bytes(spec.hbm_bytes, spec.byte_scale), 1);
-      auto dev = gpu::make_host_device(dopts);
-      if (!dev)
-        return dev.error();
-      ec.device = *dev;
-      ec.gpu_flops = spec.gpu.tflops * 1e12 * spec.gpu.compute_efficiency;
-      ec.hbm_bytes = spec.hbm_bytes;
-      ec.hbm_bandwidth = spec.gpu.hbm_tbps * 1e12 * spec.gpu.hbm_efficiency;
-      ec.dram_buffer_bytes = spec.dram_buffer_bytes / spec.gpus_per_node;
-      ec.fetch_period_ns = spec.fetch_period_ns;
-      ec.scheduler = caf::actor_cast<caf::actor>(c->scheduler_);
-      ec.hooks = spec.hooks;
-      ec.observer = spec.observer;
-      configs.push_back(std::move(ec));
-    }
-    // Members first, the leader (rank 0) last, so it knows its group.
-    for (uint32_t g = spec.gpus_per_node; g-- > 0;) {
-      auto& ec = configs[g];
-      if (g == 0)
-        ec.group_members = members;
-      caf::actor hdl;
-      if (node->role == engine_role::prefill) {
-        hdl = caf::actor_cast<caf::actor>(spawn_prefill_engine(sys, ec));
-      } else {
-        hdl = caf::actor_cast<caf::actor>(spawn_decode_engine(sys, ec));
-      }
-      members.insert(members.begin(), hdl);
-      c->actors_.push_back(hdl);
-      bool enrolled = false;
-      self->request(c->scheduler_, std::chrono::seconds(10), enroll_atom_v,
-                    engine_registration{ec.id, ec.group, hdl})
-          .receive([&](bool ok) { enrolled = ok; },
-                   [&](caf::error&) { enrolled = false; });
-      if (!enrolled)
-        return bad_config("engine " + ec.id.node + "/"
-                          + std::to_string(ec.id.rank)
-                          + " could not enroll with the scheduler");
-    }
+    auto group =
+        node->role == engine_role::prefill ? n : n - spec.prefill_nodes;
+    auto engines =
+        spawn_node_engines(sys, spec, node, group, c->time_, c->scheduler_);
+    if (!engines)
+      return engines.error();
+    // Stopped in reverse: the leader (spawned last) first.
+    for (auto i = engines->rbegin(); i != engines->rend(); ++i)
+      c->actors_.push_back(*i);
   }
   return c;
 }

@@ -26,6 +26,7 @@
 #include "actors/cluster/report.hpp"
 #include "actors/engine_context.hpp"
 #include "actors/observe/hooks.hpp"
+#include "actors/scheduler.hpp"
 #include "actors/scheduler_actor.hpp"
 #include "config/settings.hpp"
 #include "gpu/compute_model.hpp"
@@ -82,6 +83,44 @@ uint64_t kv_bytes_per_token(const gpu::model_shape& m);
 
 /// The real bytes per token per layer the block store holds.
 uint64_t real_bytes_per_token_layer(const cluster_spec& spec);
+
+/// One node's resources as a cluster builds them (links, bulk backend,
+/// storage reader with its registered buffer pool), plus what must stay alive
+/// while its actors run (the pool and its registration, released in reverse).
+struct built_node {
+  node_ptr node;
+  /// Registration first, then the pool: clear() releases them in order.
+  std::vector<std::shared_ptr<void>> keep_alive;
+};
+
+/// Builds node `name` of `role` around `bulk` (local backend in one process,
+/// tcp or verbs across processes) and `store`; the reader paces its reads on
+/// the node's storage NIC in emulated time `time`. Used by embedded_cluster
+/// and by `dualpath node` (actors/node/).
+caf::expected<built_node>
+build_node(caf::actor_system& sys, const cluster_spec& spec,
+           const std::string& name, engine_role role,
+           std::shared_ptr<transport::bulk::backend> bulk,
+           std::shared_ptr<transport::storage::block_store> store,
+           const emulated_time& time);
+
+/// The scheduler's engine table for a cluster of the spec's shape: prefill
+/// nodes `prefill_names` (groups 0..P-1, node indices 0..P-1), then decode
+/// nodes `decode_names` (groups 0..D-1, node indices P..P+D-1), each with
+/// spec.gpus_per_node engines.
+scheduler_config
+scheduler_config_for(const cluster_spec& spec,
+                     const std::vector<std::string>& prefill_names,
+                     const std::vector<std::string>& decode_names,
+                     std::shared_ptr<transport::storage::block_store> store);
+
+/// Spawns the engines of one node (members before the leader, rank 0 last)
+/// and enrolls each with `scheduler` (a local or remote handle). `group` is
+/// the node's group index within its role. Returns the engines in rank order.
+caf::expected<std::vector<caf::actor>>
+spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
+                   const node_ptr& node, uint32_t group,
+                   const emulated_time& time, const scheduler_actor& scheduler);
 
 class embedded_cluster {
 public:

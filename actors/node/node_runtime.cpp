@@ -1,0 +1,571 @@
+#include "actors/node/node_runtime.hpp"
+
+#include <filesystem>
+#include <map>
+#include <ostream>
+#include <thread>
+
+#include <caf/all.hpp>
+#include <caf/io/all.hpp>
+
+#include "actors/cluster/cluster.hpp"
+#include "actors/cluster/replay.hpp"
+#include "actors/node/node_system.hpp"
+#include "actors/node/supervisor.hpp"
+#include "actors/prefill_engine_actor.hpp"
+#include "actors/scheduler.hpp"
+#include "scheduler/workload/trajectory.hpp"
+#include "transport/bulk/backend.hpp"
+#include "transport/storage/block_store.hpp"
+
+namespace dualpath::actors::node {
+
+namespace {
+
+using namespace std::chrono;
+namespace storage = transport::storage;
+
+caf::error node_error(const std::string& what) {
+  return caf::make_error(caf::sec::runtime_error, what);
+}
+
+caf::error bad_input(const std::string& what) {
+  return caf::make_error(caf::sec::invalid_argument, what);
+}
+
+constexpr auto view_period = milliseconds(200);
+constexpr auto connect_patience = seconds(30);
+
+// The one variant a deployment runs: run.modes if it names one, else
+// dualpath (a deployment's engines are built for one mode).
+caf::expected<cluster::run_variant> deployment_variant(
+    const config::settings& cfg) {
+  auto modes = cluster::parse_variants(cfg.string("run.modes"));
+  if (!modes)
+    return modes.error();
+  if (modes->size() == 1)
+    return modes->front();
+  for (auto& m : *modes)
+    if (m.name == "dualpath")
+      return m;
+  return modes->front();
+}
+
+caf::expected<cluster::cluster_spec> deployment_spec(
+    const config::settings& cfg, const cluster_file& cf) {
+  auto variant = deployment_variant(cfg);
+  if (!variant)
+    return variant.error();
+  auto spec = cluster::spec_from(cfg, variant->mode);
+  if (!spec)
+    return spec.error();
+  if (variant->round_robin) {
+    spec->policy.kind = scheduler::policy_kind::basic;
+    spec->policy.reads = scheduler::read_mode::shorter_queue;
+  }
+  spec->prefill_nodes =
+      static_cast<uint32_t>(cf.names_of(node_role::prefill).size());
+  spec->decode_nodes =
+      static_cast<uint32_t>(cf.names_of(node_role::decode).size());
+  for (auto& n : cf.nodes)
+    if (n.role != node_role::scheduler && !n.gpus.empty()
+        && n.gpus.size() != spec->gpus_per_node)
+      return bad_input("cluster file " + cf.path + ": node '" + n.name
+                       + "' lists " + std::to_string(n.gpus.size())
+                       + " gpus but hardware.gpus_per_node is "
+                       + std::to_string(spec->gpus_per_node));
+  return spec;
+}
+
+// Opens (creating) the block store at `dir` with the spec's geometry.
+caf::expected<std::shared_ptr<storage::block_store>>
+open_store(const config::settings& cfg, const cluster::cluster_spec& spec,
+           const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return bad_input("storage directory " + dir + ": " + ec.message());
+  storage::backend_config bc;
+  if (!from_string(cfg.string("storage.backend"), bc.kind))
+    return bad_input("storage.backend: unknown backend "
+                     + cfg.string("storage.backend"));
+  bc.queue_depth = static_cast<uint32_t>(cfg.integer("storage.queue_depth"));
+  storage::store_config sc;
+  sc.model_id = spec.model.name;
+  sc.geometry.layers = spec.model.layers;
+  sc.geometry.block_tokens = spec.block_tokens;
+  sc.geometry.bytes_per_token_layer =
+      static_cast<uint32_t>(cluster::real_bytes_per_token_layer(spec));
+  sc.mode = cfg.boolean("storage.o_direct") ? storage::io_mode::direct
+                                            : storage::io_mode::buffered;
+  sc.sync = cfg.boolean("storage.fsync") ? storage::durability::fsync
+                                         : storage::durability::none;
+  sc.directory = dir;
+  auto backend = storage::make_backend(bc);
+  if (!backend)
+    return backend.error();
+  auto opened = storage::block_store::open(sc, std::move(*backend));
+  if (!opened)
+    return opened.error();
+  return std::shared_ptr<storage::block_store>{std::move(*opened)};
+}
+
+// The cluster's emulated time origin on this process's actor clock.
+emulated_time::time_point local_origin(int64_t origin_unix_ns) {
+  auto sys_now = duration_cast<nanoseconds>(
+                     system_clock::now().time_since_epoch())
+                     .count();
+  return emulated_time::clock_type::now()
+         - duration_cast<emulated_time::duration>(
+             nanoseconds(sys_now - origin_unix_ns));
+}
+
+int64_t unix_now_ns() {
+  return duration_cast<nanoseconds>(system_clock::now().time_since_epoch())
+      .count();
+}
+
+caf::expected<cluster_view> ask_view(caf::actor_system& sys,
+                                     const node_supervisor_actor& sup) {
+  caf::scoped_actor self{sys};
+  caf::expected<cluster_view> out{cluster_view{}};
+  self->request(sup, seconds(10), view_atom_v)
+      .receive([&](cluster_view& v) { out = std::move(v); },
+               [&](caf::error& err) { out = std::move(err); });
+  return out;
+}
+
+const node_info* find_node(const cluster_view& v, const std::string& name) {
+  for (auto& n : v.nodes)
+    if (n.name == name)
+      return &n;
+  return nullptr;
+}
+
+// Blocks until `stop` or `lost` is set.
+void wait_for(const std::atomic<bool>& stop, const std::atomic<bool>& lost) {
+  while (!stop.load() && !lost.load())
+    std::this_thread::sleep_for(milliseconds(50));
+}
+
+// -- the node agent -----------------------------------------------------------
+
+using tick_atom = caf::atom_constant<caf::atom("nodetick")>;
+
+struct agent_state {
+  static inline const char* name = "dualpath.node_agent";
+  std::string self_name;
+  node_supervisor_actor supervisor;
+  std::shared_ptr<transport::bulk::backend> bulk;
+  std::vector<caf::actor> prefill_engines;
+  std::map<std::string, node_info> peers; // by name, as last seen
+  std::atomic<bool>* lost = nullptr;
+  std::ostream* log = nullptr;
+};
+
+using agent_ptr = caf::stateful_actor<agent_state>*;
+
+void reconcile(agent_ptr self, const cluster_view& v) {
+  auto& s = self->state;
+  std::map<std::string, const node_info*> now;
+  for (auto& n : v.nodes)
+    if (n.name != s.self_name)
+      now[n.name] = &n;
+  // Lost (or restarted) peers: drop their bulk connections and tell the
+  // local prefill engines that their actors are gone.
+  for (auto i = s.peers.begin(); i != s.peers.end();) {
+    auto j = now.find(i->first);
+    bool restarted = j != now.end()
+                     && j->second->endpoint.details != i->second.endpoint.details;
+    if (j != now.end() && !restarted) {
+      ++i;
+      continue;
+    }
+    aout(self) << "dualpath node " << s.self_name << ": peer " << i->first
+               << (restarted ? " restarted" : " lost") << std::endl;
+    if (s.bulk)
+      s.bulk->drop_peer(i->first);
+    for (auto& a : i->second.actors)
+      if (a)
+        for (auto& pe : s.prefill_engines)
+          caf::anon_send(pe, caf::down_msg{
+                                 a.address(),
+                                 caf::exit_reason::remote_link_unreachable});
+    i = s.peers.erase(i);
+  }
+  // New peers: learn how to reach their bulk endpoints.
+  for (auto& [name, info] : now) {
+    if (s.peers.count(name) != 0)
+      continue;
+    if (s.bulk && !info->endpoint.details.empty()) {
+      std::vector<uint8_t> details(info->endpoint.details.begin(),
+                                   info->endpoint.details.end());
+      if (auto err = s.bulk->connect(name, details))
+        aout(self) << "dualpath node " << s.self_name
+                   << ": cannot reach the bulk endpoint of " << name << ": "
+                   << self->system().render(err) << std::endl;
+    }
+    s.peers.emplace(name, *info);
+  }
+}
+
+caf::actor spawn_agent(caf::actor_system& sys, agent_state init,
+                       const cluster_view& first) {
+  return sys.spawn([init, first](agent_ptr self) -> caf::behavior {
+    self->state.self_name = init.self_name;
+    self->state.supervisor = init.supervisor;
+    self->state.bulk = init.bulk;
+    self->state.prefill_engines = init.prefill_engines;
+    self->state.lost = init.lost;
+    reconcile(self, first);
+    self->monitor(self->state.supervisor);
+    self->set_down_handler([self](const caf::down_msg& dm) {
+      if (dm.source == self->state.supervisor.address()) {
+        aout(self) << "dualpath node " << self->state.self_name
+                   << ": lost the scheduler node (" << to_string(dm.reason)
+                   << ")" << std::endl;
+        self->state.lost->store(true);
+        self->quit();
+      }
+    });
+    self->delayed_send(self, view_period, tick_atom::value);
+    return {
+        [self](tick_atom) {
+          self->request(self->state.supervisor, seconds(5), view_atom_v)
+              .then(
+                  [self](cluster_view& v) {
+                    reconcile(self, v);
+                    self->delayed_send(self, view_period, tick_atom::value);
+                  },
+                  [self](caf::error&) {
+                    self->delayed_send(self, view_period, tick_atom::value);
+                  });
+        },
+    };
+  });
+}
+
+void stop_actor(caf::scoped_actor& self, const caf::actor& hdl) {
+  if (!hdl)
+    return;
+  self->monitor(hdl);
+  self->send_exit(hdl, caf::exit_reason::user_shutdown);
+  self->receive([](const caf::down_msg&) {},
+                caf::after(seconds(5)) >> [] {});
+}
+
+// -- the scheduler node --------------------------------------------------------
+
+caf::error run_scheduler_node(const config::settings& cfg,
+                              const cluster_file& cf, const node_entry& me,
+                              const std::atomic<bool>& stop,
+                              std::ostream& log) {
+  auto spec = deployment_spec(cfg, cf);
+  if (!spec)
+    return spec.error();
+  auto store = open_store(cfg, *spec, cf.storage_of(me.name));
+  if (!store)
+    return store.error();
+  node_system_config sys_cfg{cfg, cf, log};
+  caf::actor_system sys{sys_cfg};
+  auto sched = spawn_scheduler(
+      sys, cluster::scheduler_config_for(*spec, cf.names_of(node_role::prefill),
+                                         cf.names_of(node_role::decode),
+                                         *store));
+  if (!sched)
+    return sched.error();
+  auto gate = spawn_submit_gate(sys, *sched, *store, spec->block_tokens);
+  node_info self_info;
+  self_info.name = me.name;
+  self_info.actor_names = {"scheduler", "submit"};
+  self_info.actors = {caf::actor_cast<caf::actor>(*sched),
+                      caf::actor_cast<caf::actor>(gate)};
+  self_info.settings_digest = settings_digest(cfg);
+  auto sup = spawn_supervisor(sys, self_info, unix_now_ns());
+  auto port = publish_actor(sys, sys_cfg.security(),
+                            caf::actor_cast<caf::actor>(sup), me.host,
+                            me.port);
+  caf::error result;
+  if (!port) {
+    result = node_error("cannot publish the supervisor on " + me.host + ":"
+                        + std::to_string(me.port) + ": "
+                        + sys.render(port.error()));
+  } else {
+    log << "dualpath node " << me.name << ": scheduler for "
+        << spec->prefill_nodes << "P" << spec->decode_nodes << "D x "
+        << spec->gpus_per_node << " GPUs, mode "
+        << to_string(spec->mode) << ", listening on " << me.host << ":"
+        << *port << " (" << to_string(sys_cfg.security()) << ")" << std::endl;
+    std::atomic<bool> never{false};
+    wait_for(stop, never);
+    log << "dualpath node " << me.name << ": stopping" << std::endl;
+  }
+  caf::scoped_actor self{sys};
+  stop_actor(self, caf::actor_cast<caf::actor>(sup));
+  stop_actor(self, caf::actor_cast<caf::actor>(gate));
+  stop_actor(self, caf::actor_cast<caf::actor>(*sched));
+  return result;
+}
+
+// -- prefill and decode nodes -------------------------------------------------
+
+caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
+                           const node_entry& me, const std::atomic<bool>& stop,
+                           std::ostream& log) {
+  auto spec = deployment_spec(cfg, cf);
+  if (!spec)
+    return spec.error();
+  auto store = open_store(cfg, *spec, cf.storage_of(me.name));
+  if (!store)
+    return store.error();
+  // The bulk transport: verbs when the node has an RDMA device, else tcp,
+  // authenticated with the cluster's shared secret.
+  auto bopts = transport::bulk::options_from(cfg, me.name);
+  if (!bopts)
+    return bopts.error();
+  bopts->secret = cf.bulk_secret;
+  bopts->listen_host = me.host;
+  bopts->listen_port = me.bulk_port;
+  if (!me.rdma_device.empty())
+    bopts->verbs_device = me.rdma_device;
+  if (me.gid_index >= 0)
+    bopts->verbs_gid_index = me.gid_index;
+  if (bopts->backend == "local")
+    return bad_input("transport.backend = local cannot reach other "
+                     "processes: use auto, tcp or verbs");
+  std::string chosen;
+  auto made = transport::bulk::make_backend(*bopts, nullptr, &chosen);
+  if (!made)
+    return made.error();
+  std::shared_ptr<transport::bulk::backend> bulk{std::move(*made)};
+  node_system_config sys_cfg{cfg, cf, log};
+  std::atomic<bool> lost{false};
+  caf::error result;
+  {
+    caf::actor_system sys{sys_cfg};
+    auto& sn = cf.scheduler_node();
+    auto sup_hdl = connect_actor(sys, sys_cfg.security(), sn.host, sn.port,
+                                 connect_patience);
+    if (!sup_hdl)
+      return node_error("cannot reach the scheduler node " + sn.name + " at "
+                        + sn.host + ":" + std::to_string(sn.port) + ": "
+                        + sys.render(sup_hdl.error()));
+    auto sup = caf::actor_cast<node_supervisor_actor>(*sup_hdl);
+    auto view = ask_view(sys, sup);
+    if (!view)
+      return node_error("no cluster view from " + sn.name + ": "
+                        + sys.render(view.error()));
+    auto sched_info = find_node(*view, sn.name);
+    if (sched_info == nullptr || sched_info->actors.empty())
+      return node_error("the scheduler node's view lacks the scheduler");
+    auto scheduler = caf::actor_cast<scheduler_actor>(sched_info->actors[0]);
+    if (sched_info->settings_digest != settings_digest(cfg))
+      return bad_input("this node's settings differ from the scheduler "
+                       "node's: start every node with the same --config and "
+                       "--set options");
+    emulated_time time{local_origin(view->origin_unix_ns), spec->time_scale};
+    auto role = me.role == node_role::prefill ? engine_role::prefill
+                                              : engine_role::decode;
+    auto built =
+        cluster::build_node(sys, *spec, me.name, role, bulk, *store, time);
+    if (!built)
+      return built.error();
+    auto names = cf.names_of(me.role);
+    auto group = static_cast<uint32_t>(
+        std::find(names.begin(), names.end(), me.name) - names.begin());
+    auto engines =
+        cluster::spawn_node_engines(sys, *spec, built->node, group, time,
+                                    scheduler);
+    caf::scoped_actor self{sys};
+    caf::actor agent;
+    if (!engines) {
+      result = engines.error();
+    } else {
+      node_info info;
+      info.name = me.name;
+      for (uint32_t g = 0; g < spec->gpus_per_node; ++g)
+        info.engines.push_back(engine_id{me.name, role, g});
+      info.endpoint.node = me.name;
+      info.endpoint.backend = bulk->caps().name;
+      auto details = bulk->details_for("");
+      if (details) {
+        info.endpoint.details.assign(details->begin(), details->end());
+        info.endpoint.address.assign(details->begin(), details->end());
+      }
+      for (uint32_t g = 0; g < engines->size(); ++g) {
+        info.actor_names.push_back("engine" + std::to_string(g));
+        info.actors.push_back((*engines)[g]);
+      }
+      info.actor_names.push_back("reader");
+      info.actors.push_back(caf::actor_cast<caf::actor>(built->node->reader));
+      info.settings_digest = settings_digest(cfg);
+      std::string address(info.endpoint.address.begin(),
+                          info.endpoint.address.end());
+      caf::expected<cluster_view> joined{cluster_view{}};
+      self->request(sup, seconds(10), join_atom_v, std::move(info))
+          .receive([&](cluster_view& v) { joined = std::move(v); },
+                   [&](caf::error& err) { joined = std::move(err); });
+      if (!joined) {
+        result = node_error("the scheduler node refused " + me.name + ": "
+                            + sys.render(joined.error()));
+      } else {
+        agent_state init;
+        init.self_name = me.name;
+        init.supervisor = sup;
+        init.bulk = bulk;
+        if (role == engine_role::prefill)
+          init.prefill_engines = *engines;
+        init.lost = &lost;
+        agent = spawn_agent(sys, init, *joined);
+        log << "dualpath node " << me.name << ": " << engines->size() << " "
+            << to_string(role) << " engines joined " << sn.name << " ("
+            << to_string(sys_cfg.security()) << "); bulk transport "
+            << chosen << " on " << address << std::endl;
+        wait_for(stop, lost);
+        if (lost.load())
+          result = node_error("lost the scheduler node " + sn.name);
+        else
+          self->send(sup, leave_atom_v, me.name);
+      }
+      stop_actor(self, agent);
+      for (auto i = engines->begin(); i != engines->end(); ++i)
+        stop_actor(self, *i);
+    }
+    stop_actor(self, caf::actor_cast<caf::actor>(built->node->reader));
+    built->node.reset();
+    built->keep_alive.clear();
+  }
+  return result;
+}
+
+} // namespace
+
+caf::error run_node(const config::settings& cfg, const cluster_file& cluster,
+                    const std::string& name, const std::atomic<bool>& stop,
+                    std::ostream& log) {
+  auto me = cluster.find(name);
+  if (me == nullptr) {
+    std::string known;
+    for (auto& n : cluster.nodes)
+      known += (known.empty() ? "" : ", ") + n.name;
+    return bad_input("--name " + name + ": no such node in " + cluster.path
+                     + " (nodes: " + known + ")");
+  }
+  if (me->role == node_role::scheduler)
+    return run_scheduler_node(cfg, cluster, *me, stop, log);
+  return run_engine_node(cfg, cluster, *me, stop, log);
+}
+
+// -- `dualpath run --cluster`
+// ---------------------------------------------------
+
+caf::expected<cluster::job_result>
+run_cluster_job(const config::settings& cfg, const cluster_file& cf,
+                const cluster::job_options& opts, std::ostream& log) {
+  auto wall_start = steady_clock::now();
+  auto variant = deployment_variant(cfg);
+  if (!variant)
+    return variant.error();
+  auto spec = deployment_spec(cfg, cf);
+  if (!spec)
+    return spec.error();
+  auto trace = cluster::job_trace(cfg, opts);
+  if (!trace)
+    return trace.error();
+  cluster::job_result result;
+  result.byte_scale = spec->byte_scale;
+  result.time_scale = spec->time_scale;
+  // The trajectories' history goes into the shared store first.
+  auto store = open_store(cfg, *spec, cf.storage);
+  if (!store)
+    return store.error();
+  std::vector<std::vector<uint32_t>> histories;
+  double prompt_sum = 0;
+  double hit_sum = 0;
+  for (auto& t : *trace) {
+    auto hist = scheduler::workload::history_length(t);
+    histories.push_back(scheduler::workload::tokens(t, 0, hist));
+    auto first = scheduler::workload::prompt_length(t, t.history_turns);
+    prompt_sum += static_cast<double>(first);
+    hit_sum += static_cast<double>(hist) / static_cast<double>(first);
+    result.requests_per_mode += t.turns.size() - t.history_turns;
+  }
+  result.agents = trace->size();
+  result.mean_prompt_tokens = prompt_sum / static_cast<double>(trace->size());
+  result.mean_hit_share = hit_sum / static_cast<double>(trace->size());
+  auto pop_start = steady_clock::now();
+  auto pop = storage::populate(**store, histories);
+  if (!pop)
+    return pop.error();
+  result.populate_s =
+      duration<double>(steady_clock::now() - pop_start).count();
+  result.populated_blocks = pop->written + pop->present;
+  // Join the deployment as a client.
+  node_system_config sys_cfg{cfg, cf, log};
+  caf::actor_system sys{sys_cfg};
+  auto& sn = cf.scheduler_node();
+  auto sup_hdl = connect_actor(sys, sys_cfg.security(), sn.host, sn.port,
+                               connect_patience);
+  if (!sup_hdl)
+    return node_error("cannot reach the scheduler node " + sn.name + " at "
+                      + sn.host + ":" + std::to_string(sn.port) + ": "
+                      + sys.render(sup_hdl.error()));
+  auto sup = caf::actor_cast<node_supervisor_actor>(*sup_hdl);
+  cluster_view view;
+  auto deadline = steady_clock::now() + opts.wall_limit;
+  for (;;) {
+    auto v = ask_view(sys, sup);
+    if (!v)
+      return node_error("no cluster view from " + sn.name + ": "
+                        + sys.render(v.error()));
+    std::string missing;
+    for (auto& n : cf.nodes)
+      if (find_node(*v, n.name) == nullptr)
+        missing += (missing.empty() ? "" : ", ") + n.name;
+    if (missing.empty()) {
+      view = std::move(*v);
+      break;
+    }
+    if (steady_clock::now() >= deadline)
+      return node_error("nodes " + missing + " did not join within "
+                        + std::to_string(opts.wall_limit.count()) + " s");
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  auto sched_info = find_node(view, sn.name);
+  if (sched_info->actors.size() < 2)
+    return node_error("the scheduler node publishes no submit gate");
+  if (sched_info->settings_digest != settings_digest(cfg))
+    return bad_input("the deployment runs with other settings than this "
+                     "command: give `dualpath run --cluster` the same "
+                     "--config and --set options as the nodes");
+  auto gate = caf::actor_cast<scheduler_actor>(sched_info->actors[1]);
+  cluster::replay_options ro;
+  ro.aps = opts.aps;
+  ro.seed = static_cast<uint64_t>(cfg.integer("workload.seed"));
+  ro.time = emulated_time{local_origin(view.origin_unix_ns), spec->time_scale};
+  ro.wall_limit = opts.wall_limit;
+  if (opts.progress)
+    ro.progress = [&opts, name = variant->name](uint64_t d, uint64_t t) {
+      opts.progress(name, d, t);
+    };
+  // Request ids unique across runs against the same deployment (the
+  // scheduler refuses duplicates): seconds since the epoch, shifted.
+  auto id_base = ((static_cast<uint64_t>(unix_now_ns()) / 1'000'000'000ull)
+                  % (uint64_t{1} << 20))
+                     << 24
+                 | 1;
+  auto outcome = cluster::replay(sys, gate, *trace, ro, id_base);
+  if (!outcome)
+    return outcome.error();
+  auto report = cluster::summarize(variant->name, *outcome, {}, cluster::slo{});
+  for (auto& rec : outcome->records)
+    if (rec.result.verify_failures > 0)
+      result.failures.push_back(cluster::verify_failure{
+          variant->name, rec.result.id, rec.agent, rec.turn,
+          rec.result.verify_failures});
+  result.modes.push_back(std::move(report));
+  result.wall_s = duration<double>(steady_clock::now() - wall_start).count();
+  return result;
+}
+
+} // namespace dualpath::actors::node

@@ -1,0 +1,125 @@
+// ctest-label: distribution
+// The cluster file: a complete file parses with relative paths resolved;
+// every mistake is refused with a message naming the key (and the node).
+#include <doctest/doctest.h>
+
+#include "actors/node/cluster_file.hpp"
+#include "config/errors.hpp"
+#include "tests/support/support.hpp"
+
+using namespace dualpath::actors::node;
+
+namespace {
+
+const char* base = R"(
+[cluster]
+scheduler = "sched"
+storage = "store"
+bulk_secret = "0123456789abcdef0123"
+
+[tls]
+mode = "plaintext"
+
+[[node]]
+name = "sched"
+role = "scheduler"
+host = "10.0.0.1"
+port = 4300
+
+[[node]]
+name = "pe0"
+role = "prefill"
+host = "10.0.0.2"
+bulk_port = 4301
+gpus = [0, 1]
+nics = ["mlx5_0", "mlx5_1"]
+rdma_device = "mlx5_0"
+gid_index = 3
+
+[[node]]
+name = "de0"
+role = "decode"
+host = "10.0.0.3"
+storage = "/mnt/other"
+)";
+
+std::string message(const caf::error& err) {
+  return dualpath::config::message_of(err);
+}
+
+// `base` with `from` replaced by `to`; the parse must fail mentioning
+// `expect`.
+void refused(const std::string& from, const std::string& to,
+             const std::string& expect) {
+  std::string text = base;
+  auto pos = text.find(from);
+  REQUIRE_MESSAGE(pos != std::string::npos, from);
+  text.replace(pos, from.size(), to);
+  auto res = parse_cluster(text, "/etc/dp/cluster.toml");
+  REQUIRE_FALSE(res);
+  CAPTURE(message(res.error()));
+  CHECK(message(res.error()).find(expect) != std::string::npos);
+  CHECK(res.error().category() == caf::atom("dp_config"));
+}
+
+} // namespace
+
+TEST_CASE("a complete cluster file parses") {
+  auto res = parse_cluster(base, "/etc/dp/cluster.toml");
+  REQUIRE_MESSAGE(res, message(res.error()));
+  CHECK(res->scheduler == "sched");
+  CHECK(res->storage == "/etc/dp/store");
+  CHECK(res->tls.mode == link_security::plaintext);
+  REQUIRE(res->nodes.size() == 3);
+  CHECK(res->scheduler_node().port == 4300);
+  auto pe = res->find("pe0");
+  REQUIRE(pe != nullptr);
+  CHECK(pe->role == node_role::prefill);
+  CHECK(pe->bulk_port == 4301);
+  CHECK(pe->gpus == std::vector<uint32_t>{0, 1});
+  CHECK(pe->nics.size() == 2);
+  CHECK(pe->rdma_device == "mlx5_0");
+  CHECK(pe->gid_index == 3);
+  CHECK(res->storage_of("de0") == "/mnt/other");
+  CHECK(res->storage_of("pe0") == "/etc/dp/store");
+  CHECK(res->names_of(node_role::decode) == std::vector<std::string>{"de0"});
+}
+
+TEST_CASE("mistakes are refused naming the key") {
+  refused("scheduler = \"sched\"", "scheduler = \"nobody\"",
+          "cluster.scheduler = 'nobody' names no [[node]]");
+  refused("role = \"decode\"", "role = \"gpu\"", "node 'de0' role = 'gpu'");
+  refused("port = 4300", "port = 70000", "node 'sched' port = 70000");
+  refused("port = 4300", "", "node 'sched' port is required");
+  refused("gid_index = 3", "gid_index = \"x\"", "node 'pe0' gid_index");
+  refused("nics = [\"mlx5_0\", \"mlx5_1\"]", "nics = [\"mlx5_0\"]",
+          "node 'pe0' nics has 1 entries but gpus has 2");
+  refused("host = \"10.0.0.3\"", "host = \"10.0.0.3\"\ncolour = \"red\"",
+          "unknown key node[2].colour");
+  refused("name = \"de0\"", "name = \"pe0\"", "node 'pe0' appears twice");
+  refused("bulk_secret = \"0123456789abcdef0123\"", "bulk_secret = \"short\"",
+          "cluster.bulk_secret");
+  refused("mode = \"plaintext\"", "mode = \"ssl\"", "tls.mode = 'ssl'");
+  refused("mode = \"plaintext\"", "mode = \"tls\"", "missing key tls.ca");
+  refused("[cluster]", "[cluster\n", "not valid TOML");
+}
+
+TEST_CASE("TLS files must exist; a missing file is named") {
+  dualpath::test::temp_dir dir;
+  std::string text = base;
+  text.replace(text.find("mode = \"plaintext\""), 18,
+               "ca = \"ca.pem\"\ncert = \"node.pem\"\nkey = \"node.key\"");
+  auto path = dir.file("cluster.toml");
+  dualpath::test::write_file(path, text);
+  auto res = load_cluster(path);
+  REQUIRE_FALSE(res);
+  CHECK(message(res.error()).find("key tls.ca: no file " + dir.file("ca.pem"))
+        != std::string::npos);
+  for (auto f : {"ca.pem", "node.pem", "node.key"})
+    dualpath::test::write_file(dir.file(f), "x");
+  res = load_cluster(path);
+  REQUIRE_MESSAGE(res, message(res.error()));
+  CHECK(res->tls.mode == link_security::tls);
+  CHECK(res->tls.cert == dir.file("node.pem"));
+  CHECK_FALSE(load_cluster(dir.file("absent.toml")));
+}

@@ -1,0 +1,281 @@
+// Test helpers for multi-process deployments on 127.0.0.1: background
+// processes with their output in files, free ports, a cluster file with a
+// scheduler node, one prefill node and two decode nodes, and a throw-away CA
+// made with the openssl command.
+#pragma once
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/support.hpp"
+
+namespace dualpath::test {
+
+/// A process running in the background; killed (SIGKILL) if still running
+/// when the object dies.
+class background_process {
+public:
+  background_process(const std::vector<std::string>& argv,
+                     const std::string& out_file, const std::string& err_file)
+      : out_(out_file), err_(err_file) {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int in = ::open("/dev/null", O_RDONLY);
+      int out = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int err = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(in, 0);
+      ::dup2(out, 1);
+      ::dup2(err, 2);
+      std::vector<char*> args;
+      for (auto& a : argv)
+        args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+  }
+
+  ~background_process() {
+    if (running()) {
+      ::kill(pid_, SIGKILL);
+      wait();
+    }
+  }
+
+  background_process(const background_process&) = delete;
+  background_process& operator=(const background_process&) = delete;
+
+  bool running() {
+    if (pid_ <= 0 || status_ >= 0)
+      return false;
+    int st = 0;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+      status_ = decode(st);
+      return false;
+    }
+    return true;
+  }
+
+  void signal(int sig) {
+    if (running())
+      ::kill(pid_, sig);
+  }
+
+  /// Waits for the exit; returns the status (128 + signal if killed).
+  int wait() {
+    if (status_ >= 0 || pid_ <= 0)
+      return status_;
+    int st = 0;
+    ::waitpid(pid_, &st, 0);
+    status_ = decode(st);
+    return status_;
+  }
+
+  /// Waits up to `limit` for the exit; SIGKILL afterwards.
+  int wait_for(std::chrono::seconds limit) {
+    auto until = std::chrono::steady_clock::now() + limit;
+    while (running() && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (running())
+      ::kill(pid_, SIGKILL);
+    return wait();
+  }
+
+  std::string out() const {
+    return slurp(out_);
+  }
+  std::string err() const {
+    return slurp(err_);
+  }
+
+  /// Waits until stderr contains `text` (true) or the process ends or
+  /// `limit` passes (false).
+  bool wait_err(const std::string& text, std::chrono::seconds limit) {
+    auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      if (err().find(text) != std::string::npos)
+        return true;
+      if (!running())
+        return err().find(text) != std::string::npos;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
+private:
+  static int decode(int st) {
+    if (WIFEXITED(st))
+      return WEXITSTATUS(st);
+    if (WIFSIGNALED(st))
+      return 128 + WTERMSIG(st);
+    return 255;
+  }
+
+  static std::string slurp(const std::string& path) {
+    std::ifstream in{path};
+    std::stringstream buf;
+    buf << in.rdbuf();
+    return buf.str();
+  }
+
+  pid_t pid_ = -1;
+  int status_ = -1;
+  std::string out_;
+  std::string err_;
+};
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+inline uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+/// Runs a shell command; true on exit status 0.
+inline bool shell(const std::string& cmd) {
+  return std::system(cmd.c_str()) == 0;
+}
+
+/// Makes a throw-away CA and one node certificate signed by it in `dir`
+/// (ca.pem, node.pem, node.key); false when openssl is missing or fails.
+inline bool make_test_ca(const std::string& dir) {
+  auto q = "'" + dir + "'";
+  return shell("cd " + q
+               + " && openssl req -x509 -newkey ec -pkeyopt "
+                 "ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out "
+                 "ca.pem -days 1 -subj /CN=dualpath-test-ca >/dev/null 2>&1"
+                 " && openssl req -newkey ec -pkeyopt "
+                 "ec_paramgen_curve:prime256v1 -nodes -keyout node.key -out "
+                 "node.csr -subj /CN=dualpath-node >/dev/null 2>&1"
+                 " && openssl x509 -req -in node.csr -CA ca.pem -CAkey ca.key "
+                 "-CAcreateserial -out node.pem -days 1 >/dev/null 2>&1");
+}
+
+/// The ports of a four-node loopback deployment.
+struct deployment_ports {
+  uint16_t caf = free_port();
+  uint16_t bulk_pe0 = free_port();
+  uint16_t bulk_de0 = free_port();
+  uint16_t bulk_de1 = free_port();
+};
+
+/// A cluster file: scheduler "sched", prefill "pe0", decode "de0" and "de1",
+/// storage `store_dir`; `tls` selects [tls] with the files of make_test_ca.
+inline std::string cluster_toml(const deployment_ports& p,
+                                const std::string& store_dir, bool tls) {
+  std::ostringstream out;
+  out << "[cluster]\nscheduler = \"sched\"\nstorage = \"" << store_dir
+      << "\"\nbulk_secret = \"test-secret-0123456789abcdef\"\n\n";
+  if (tls)
+    out << "[tls]\nmode = \"tls\"\nca = \"ca.pem\"\ncert = \"node.pem\"\n"
+           "key = \"node.key\"\n\n";
+  else
+    out << "[tls]\nmode = \"plaintext\"\n\n";
+  out << "[[node]]\nname = \"sched\"\nrole = \"scheduler\"\nhost = "
+         "\"127.0.0.1\"\nport = "
+      << p.caf << "\n\n";
+  out << "[[node]]\nname = \"pe0\"\nrole = \"prefill\"\nhost = "
+         "\"127.0.0.1\"\nbulk_port = "
+      << p.bulk_pe0 << "\ngpus = [0, 1]\n\n";
+  out << "[[node]]\nname = \"de0\"\nrole = \"decode\"\nhost = "
+         "\"127.0.0.1\"\nbulk_port = "
+      << p.bulk_de0 << "\ngpus = [0, 1]\n\n";
+  out << "[[node]]\nname = \"de1\"\nrole = \"decode\"\nhost = "
+         "\"127.0.0.1\"\nbulk_port = "
+      << p.bulk_de1 << "\ngpus = [0, 1]\n";
+  return out.str();
+}
+
+/// Settings shared by every process of a test deployment and the embedded
+/// run it is compared with (1 prefill node, 2 decode nodes, 2 GPUs each).
+inline std::vector<std::string> deployment_settings(uint32_t agents,
+                                                    uint32_t turns,
+                                                    double time_scale) {
+  return {"--set",
+          "hardware.gpus_per_node=2",
+          "--set",
+          "run.byte_scale=656",
+          "--set",
+          "run.time_scale=" + std::to_string(time_scale),
+          "--set",
+          "run.modes=dualpath",
+          "--set",
+          "run.prefill_nodes=1",
+          "--set",
+          "run.decode_nodes=2",
+          "--set",
+          "workload.agents=" + std::to_string(agents),
+          "--set",
+          "run.turns=" + std::to_string(turns),
+          "--set",
+          "transport.backend=tcp"};
+}
+
+/// The four node processes of a test deployment.
+class deployment {
+public:
+  deployment(const temp_dir& dir, const std::string& cluster_file,
+             const std::vector<std::string>& settings) {
+    for (auto name : {"sched", "pe0", "de0", "de1"}) {
+      std::vector<std::string> argv{dualpath_binary(), "node", "--cluster",
+                                    cluster_file, "--name", name};
+      argv.insert(argv.end(), settings.begin(), settings.end());
+      nodes_.emplace_back(std::make_unique<background_process>(
+          argv, dir.file(std::string{name} + ".out"),
+          dir.file(std::string{name} + ".err")));
+      if (std::string{name} == "sched")
+        nodes_.back()->wait_err("listening on", std::chrono::seconds(20));
+    }
+  }
+
+  ~deployment() {
+    for (auto& n : nodes_)
+      n->signal(SIGTERM);
+    for (auto& n : nodes_)
+      n->wait_for(std::chrono::seconds(10));
+  }
+
+  background_process& node(size_t i) {
+    return *nodes_[i];
+  }
+
+  /// Waits until every engine node printed that it joined.
+  bool wait_joined(std::chrono::seconds limit) {
+    for (size_t i = 1; i < nodes_.size(); ++i)
+      if (!nodes_[i]->wait_err("joined", limit))
+        return false;
+    return true;
+  }
+
+  std::string logs() const {
+    std::string out;
+    const char* names[] = {"sched", "pe0", "de0", "de1"};
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      out += std::string{"--- "} + names[i] + " ---\n" + nodes_[i]->err();
+    return out;
+  }
+
+private:
+  std::vector<std::unique_ptr<background_process>> nodes_;
+};
+
+} // namespace dualpath::test

@@ -268,14 +268,16 @@ void on_prefill_end(self_ptr self, uint64_t id) {
   auto& r = i->second;
   auto now = emulated_now(self, cfg.time);
   r.result.ttft_ns = since_start(cfg.time, now) - r.a.request.arrival_ns;
-  if (!moves_bytes(cfg))
-    for (uint32_t l = 0; l < cfg.model.layers; ++l)
-      fill_tokens(r.hashes, cfg.model.block_tokens, l, 0, r.tokens, bpt(cfg),
-                  slot_ptr(self, r) + slot_offset(l, r.tokens, 0, bpt(cfg)));
-  auto check = check_slot(r.hashes, cfg.model.block_tokens, cfg.model.layers,
-                          r.tokens, bpt(cfg), slot_ptr(self, r));
-  r.result.blocks_verified = check.blocks_ok;
-  r.result.verify_failures = check.blocks_failed;
+  if (cfg.verify_kv) {
+    if (!moves_bytes(cfg))
+      for (uint32_t l = 0; l < cfg.model.layers; ++l)
+        fill_tokens(r.hashes, cfg.model.block_tokens, l, 0, r.tokens, bpt(cfg),
+                    slot_ptr(self, r) + slot_offset(l, r.tokens, 0, bpt(cfg)));
+    auto check = check_slot(r.hashes, cfg.model.block_tokens, cfg.model.layers,
+                            r.tokens, bpt(cfg), slot_ptr(self, r));
+    r.result.blocks_verified = check.blocks_ok;
+    r.result.verify_failures = check.blocks_failed;
+  }
   st.gpu_wait.push_back(id);
   try_gpu(self);
 }

@@ -123,6 +123,10 @@ struct engine_config {
   /// The other members of this engine's group in rank order 1..n-1 (filled
   /// for the leader, rank 0, only; the leader itself is not listed).
   std::vector<caf::actor> group_members;
+  /// Whether the decode engine verifies the prompt KV byte for byte; false
+  /// when the data plane is modeled (`dualpath sim`: no byte moves, so
+  /// blocks_verified stays 0).
+  bool verify_kv = true;
   /// Where results and fetches go.
   caf::actor scheduler;
   /// Optional: receives snapshots and events.

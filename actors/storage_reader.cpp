@@ -218,7 +218,13 @@ void pump(self_ptr self) {
     ++st.inflight;
     auto store = st.cfg.store;
     auto pool = st.cfg.pool;
-    dispatch(self, id, [job, store, pool] {
+    dispatch(self, id, [job, store, pool, modeled = st.cfg.modeled_reads] {
+      if (modeled) {
+        if (!store->contains(job->hash))
+          job->err = caf::make_error(storage_errc::missing_block,
+                                     "block not in the store");
+        return;
+      }
       auto hdr = store->read_full(job->hash, pool->slot(job->slot));
       if (!hdr)
         job->err = std::move(hdr.error());

@@ -80,6 +80,10 @@ struct storage_reader_config {
   /// min(io_threads, max_inflight). 0 = inline I/O (deterministic tests only).
   uint32_t io_threads = 4;
   uint32_t max_inflight = 8; ///< Blocks read at once (disk queue depth).
+  /// Modeled data plane (simulation): a read only checks that the store
+  /// indexes the block (a missing one fails as usual); no byte lands in the
+  /// pool. Timing is unchanged (the NIC is paced either way).
+  bool modeled_reads = false;
   std::shared_ptr<storage_reader_counters> counters; ///< Optional.
   /// Optional (null: not observed): read spans, read_q and block metrics.
   observe::hooks_ptr hooks;

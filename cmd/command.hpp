@@ -102,5 +102,6 @@ std::unique_ptr<command> make_plan_command();
 std::unique_ptr<command> make_config_command();
 std::unique_ptr<command> make_run_command();
 std::unique_ptr<command> make_node_command();
+std::unique_ptr<command> make_sim_command();
 
 } // namespace dualpath::cmd

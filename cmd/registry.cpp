@@ -9,6 +9,7 @@ std::vector<std::unique_ptr<command>> make_commands() {
   std::vector<std::unique_ptr<command>> out;
   out.push_back(make_run_command());
   out.push_back(make_node_command());
+  out.push_back(make_sim_command());
   out.push_back(make_plan_command());
   out.push_back(make_config_command());
   return out;

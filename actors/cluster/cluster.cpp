@@ -11,7 +11,9 @@
 #include "actors/storage_reader.hpp"
 #include "gpu/device.hpp"
 #include "scheduler/thresholds.hpp"
+#include "actors/sim/driver.hpp"
 #include "transport/bulk/backend.hpp"
+#include "transport/bulk/modeled_backend.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/buffer_pool.hpp"
 
@@ -161,6 +163,7 @@ void embedded_cluster::shutdown() {
       return;
     self->monitor(hdl);
     self->send_exit(hdl, caf::exit_reason::user_shutdown);
+    sim::settle(sys_); // simulated time: the actor stops now
     self->receive([](const caf::down_msg&) {});
   };
   // Engines first (they use readers and the scheduler), then the scheduler,
@@ -227,7 +230,11 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
   rc.region_key = reg->describe().key;
   rc.store = store;
   rc.pool = *pool;
-  rc.io_threads = spec.reader_io_threads;
+  // A modeled data plane reads inline (no I/O threads: one thread runs a
+  // simulation) and only checks that the blocks exist.
+  rc.io_threads =
+      spec.plane == data_plane::modeled ? 0 : spec.reader_io_threads;
+  rc.modeled_reads = spec.plane == data_plane::modeled;
   rc.max_inflight = spec.reader_queue_depth;
   // Pacing in emulated time: nominal bytes on the node's storage NIC.
   rc.pace = [link = node->snic, time, scale = spec.byte_scale](
@@ -344,6 +351,7 @@ spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
     ec.hbm_bandwidth = spec.gpu.hbm_tbps * 1e12 * spec.gpu.hbm_efficiency;
     ec.dram_buffer_bytes = spec.dram_buffer_bytes / spec.gpus_per_node;
     ec.fetch_period_ns = spec.fetch_period_ns;
+    ec.verify_kv = spec.plane == data_plane::real;
     ec.scheduler = caf::actor_cast<caf::actor>(scheduler);
     ec.hooks = spec.hooks;
     ec.observer = spec.observer;
@@ -367,6 +375,7 @@ spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
     auto pending = self->request(scheduler, std::chrono::seconds(10),
                                  enroll_atom_v,
                                  engine_registration{ec.id, ec.group, hdl});
+    sim::settle(sys); // simulated time: the scheduler answers now
     pending.receive([&](bool ok) { enrolled = ok; },
                                [&](caf::error&) { enrolled = false; });
     if (!enrolled) {
@@ -388,6 +397,7 @@ embedded_cluster::make(caf::actor_system& sys, const cluster_spec& spec,
   std::unique_ptr<embedded_cluster> c{new embedded_cluster(sys, spec)};
   c->time_ = emulated_time{sys.clock().now(), spec.time_scale};
   auto fabric = transport::bulk::make_local_fabric();
+  auto modeled_fabric = transport::bulk::make_modeled_fabric();
   // -- nodes
   // -------------------------------------------------------------------
   std::vector<std::string> pe_names;
@@ -403,7 +413,10 @@ embedded_cluster::make(caf::actor_system& sys, const cluster_spec& spec,
     transport::bulk::options bopts;
     bopts.backend = "local";
     bopts.node = name;
-    auto bulk = transport::bulk::make_local_backend(bopts, fabric);
+    auto bulk = spec.plane == data_plane::modeled
+                    ? transport::bulk::make_modeled_backend(bopts,
+                                                            modeled_fabric)
+                    : transport::bulk::make_local_backend(bopts, fabric);
     if (!bulk)
       return bulk.error();
     auto built = build_node(

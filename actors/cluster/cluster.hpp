@@ -12,7 +12,8 @@
 // use are destroyed. The block store is shared with the caller, who may reuse
 // it for the next mode.
 // Thread safety: build and destroy from one thread; the actors run on the
-// actor system's threads.
+// actor system's threads (or, in simulated time, on that one thread while it
+// drives the system: see actors/sim/driver.hpp).
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,14 @@ class block_store;
 } // namespace dualpath::transport::storage
 
 namespace dualpath::actors::cluster {
+
+/// Whether KV bytes really move (emulation, `dualpath run`) or only their
+/// timing is modelled (simulation, `dualpath sim`: modeled bulk and storage
+/// backends, readers without I/O threads, no KV verification).
+enum class data_plane : uint8_t {
+  real = 0,
+  modeled = 1,
+};
 
 /// Everything the cluster is built from (derived from the configuration).
 struct cluster_spec {
@@ -70,6 +79,7 @@ struct cluster_spec {
   /// that receives events and actors' own snapshots.
   observe::hooks_ptr hooks;
   observer_actor observer;
+  data_plane plane = data_plane::real;
 };
 
 /// Reads a cluster_spec from the configuration for `mode`. Fails naming the

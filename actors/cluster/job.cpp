@@ -12,9 +12,11 @@
 #include "actors/cluster/replay.hpp"
 #include "actors/observe/session.hpp"
 #include "actors/register.hpp"
+#include "actors/sim/driver.hpp"
 #include "scheduler/workload/generator.hpp"
 #include "scheduler/workload/trace_file.hpp"
 #include "transport/storage/block_store.hpp"
+#include "transport/storage/modeled_backend.hpp"
 
 namespace dualpath::actors::cluster {
 
@@ -71,10 +73,11 @@ caf::expected<std::string> make_scratch(const std::string& wanted,
 }
 
 struct run_config : caf::actor_system_config {
-  explicit run_config(const config::settings& cfg) {
+  run_config(const config::settings& cfg, bool simulate) {
     actors::add_message_types(*this);
     set("scheduler.policy",
-        caf::atom_from_string(cfg.string("caf.scheduler_policy")));
+        caf::atom_from_string(simulate ? std::string{"testing"}
+                                       : cfg.string("caf.scheduler_policy")));
     if (cfg.boolean("caf.profiling")) {
       set("scheduler.enable-profiling", true);
       auto file = cfg.string("caf.profiling_file");
@@ -93,12 +96,16 @@ public:
   snic_sampler(const embedded_cluster& c, caf::actor_system& sys,
                std::chrono::milliseconds period, mode_timeline& out)
       : cluster_(c), sys_(sys), period_(period), out_(out) {
-    thread_ = std::thread([this] { loop(); });
+    if (period_.count() > 0)
+      thread_ = std::thread([this] { loop(); });
+    else
+      sample(); // the first state only (simulated time: no thread)
   }
 
   ~snic_sampler() {
     stop_ = true;
-    thread_.join();
+    if (thread_.joinable())
+      thread_.join();
     sample(); // the final state
   }
 
@@ -235,8 +242,13 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   result.byte_scale = spec0->byte_scale;
   result.time_scale = spec0->time_scale;
   scratch_dir dir;
-  auto store_dir = make_scratch(
-      opts.store_dir.empty() ? cfg.string("storage.dir") : opts.store_dir, dir);
+  // A simulation's store is in memory (modeled backend): no directory.
+  auto store_dir =
+      opts.simulate
+          ? caf::expected<std::string>{std::string{"sim-store"}}
+          : make_scratch(opts.store_dir.empty() ? cfg.string("storage.dir")
+                                                : opts.store_dir,
+                         dir);
   if (!store_dir)
     return store_dir.error();
   transport::storage::backend_config bc;
@@ -274,7 +286,11 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   // extra hits for the next one).
   auto open_store = [&](const std::string& mode)
       -> caf::expected<std::shared_ptr<transport::storage::block_store>> {
-    auto backend = transport::storage::make_backend(bc);
+    auto backend =
+        opts.simulate
+            ? caf::expected<transport::storage::backend_ptr>{transport::storage::
+                                                                 make_modeled_backend()}
+            : transport::storage::make_backend(bc);
     if (!backend)
       return backend.error();
     auto msc = sc;
@@ -296,10 +312,21 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   };
   // -- the modes
   // ----------------------------------------------------------------
-  run_config sys_cfg{cfg};
+  run_config sys_cfg{cfg, opts.simulate};
   caf::actor_system sys{sys_cfg};
+  // Simulated time: actors that are still stopping (e.g. linked helpers of
+  // the engines) need this thread to run their last jobs before the system
+  // may go away, on every return path.
+  struct settle_on_exit {
+    caf::actor_system& sys;
+    ~settle_on_exit() {
+      sim::settle(sys);
+    }
+  } settle_guard{sys};
   // Observation: the observer hub, the metrics endpoint, the timeline.
   auto observe_opts = observe::session_options_from(cfg);
+  if (opts.simulate)
+    observe_opts.snapshot_period = std::chrono::milliseconds{0};
   auto observation = observe::session::make(sys, observe_opts);
   if (!observation)
     return observation.error();
@@ -313,6 +340,8 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     }
     if (!spec)
       return spec.error();
+    if (opts.simulate)
+      spec->plane = data_plane::modeled;
     auto store = open_store(variant.name);
     if (!store)
       return store.error();
@@ -347,9 +376,25 @@ caf::expected<job_result> run_job(const config::settings& cfg,
         opts.progress(name, d, t);
       };
     caf::expected<replay_outcome> outcome{replay_outcome{}};
+    auto events_before = sim::events();
+    if (opts.simulate)
+      sim::watch(caf::actor_cast<caf::actor>((*cluster)->scheduler()));
     {
-      snic_sampler sampler{**cluster, sys, opts.sample_period, timeline};
+      snic_sampler sampler{
+          **cluster, sys,
+          opts.simulate ? std::chrono::milliseconds{0} : opts.sample_period,
+          timeline};
       outcome = replay(sys, (*cluster)->scheduler(), *trace, ro, id_base);
+    }
+    if (opts.simulate) {
+      auto events_after = sim::events();
+      result.sim.push_back(
+          sim_mode_stats{variant.name,
+                         events_after.jobs - events_before.jobs,
+                         events_after.timeouts - events_before.timeouts,
+                         outcome ? outcome->wall_s : 0.0,
+                         sim::watched_cpu_seconds()});
+      sim::watch(caf::actor{});
     }
     if (!outcome)
       return outcome.error();

@@ -62,6 +62,12 @@ struct job_options {
   std::function<void(const std::string&, uint64_t, uint64_t)> progress;
   /// Period (wall) of the storage-NIC utilisation samples for timelines.
   std::chrono::milliseconds sample_period{100};
+  /// Simulation (`dualpath sim`): the actor system runs in simulated time
+  /// (scheduler.policy = testing, driven by actors/sim/driver.hpp) and the
+  /// data plane is modeled (an in-memory block store without KV bytes, a
+  /// modeled bulk backend, no verification). Timelines then hold only the
+  /// first and last sample.
+  bool simulate = false;
 };
 
 /// Storage-NIC bytes of every node at one emulated instant.
@@ -86,8 +92,18 @@ struct verify_failure {
   uint32_t blocks = 0;
 };
 
+/// What simulating one mode cost (job_options::simulate only).
+struct sim_mode_stats {
+  std::string mode;
+  uint64_t events = 0;        ///< Jobs (message deliveries) run.
+  uint64_t timeouts = 0;      ///< Timeouts fired (simulated-time jumps).
+  double wall_s = 0;          ///< Wall seconds of the replay.
+  double scheduler_cpu_s = 0; ///< CPU seconds in the scheduler's handlers.
+};
+
 struct job_result {
   std::vector<mode_report> modes;
+  std::vector<sim_mode_stats> sim; ///< Per mode, simulations only.
   std::vector<mode_timeline> timelines;
   std::vector<verify_failure> failures;
   uint64_t agents = 0;

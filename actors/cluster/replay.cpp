@@ -6,6 +6,8 @@
 
 #include <caf/all.hpp>
 
+#include "actors/sim/driver.hpp"
+
 namespace dualpath::actors::cluster {
 
 namespace {
@@ -153,8 +155,27 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
         },
     };
   });
-  if (opts.wall_limit.count() > 0
-      && fut.wait_for(opts.wall_limit) != std::future_status::ready) {
+  if (sim::simulated(sys)) {
+    // Simulated time: this thread runs the actors until the driver is done.
+    auto ready = [&fut] {
+      return fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    };
+    auto how = sim::run_until(sys, ready, opts.wall_limit);
+    if (how != sim::run_outcome::done) {
+      caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+      sim::settle(sys);
+      return caf::make_error(
+          how == sim::run_outcome::stalled ? caf::sec::runtime_error
+                                           : caf::sec::request_timeout,
+          how == sim::run_outcome::stalled
+              ? std::string{"the simulation stalled: no event is left but "
+                            "requests are still open"}
+              : "trace replay did not finish within "
+                    + std::to_string(opts.wall_limit.count())
+                    + " s of wall-clock time");
+    }
+  } else if (opts.wall_limit.count() > 0
+             && fut.wait_for(opts.wall_limit) != std::future_status::ready) {
     caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
     return caf::make_error(caf::sec::request_timeout,
                            "trace replay did not finish within "

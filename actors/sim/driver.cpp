@@ -1,0 +1,103 @@
+#include "actors/sim/driver.hpp"
+
+#include <atomic>
+#include <ctime>
+
+#include <caf/actor_cast.hpp>
+#include <caf/resumable.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+namespace dualpath::actors::sim {
+
+namespace {
+
+std::atomic<uint64_t> jobs_run{0};
+std::atomic<uint64_t> timeouts_fired{0};
+
+// The watched actor (as the coordinator sees it) and its jobs' CPU time.
+caf::actor watched_actor;
+const caf::resumable* watched_job = nullptr;
+std::atomic<int64_t> watched_ns{0};
+
+int64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+} // namespace
+
+caf::scheduler::test_coordinator* coordinator(caf::actor_system& sys) {
+  return dynamic_cast<caf::scheduler::test_coordinator*>(&sys.scheduler());
+}
+
+bool simulated(caf::actor_system& sys) {
+  return coordinator(sys) != nullptr;
+}
+
+uint64_t settle(caf::actor_system& sys) {
+  auto* c = coordinator(sys);
+  if (c == nullptr)
+    return 0;
+  uint64_t n = 0;
+  while (c->try_run_once())
+    ++n;
+  jobs_run += n;
+  return n;
+}
+
+run_outcome run_until(caf::actor_system& sys, const std::function<bool()>& done,
+                      std::chrono::steady_clock::duration wall_limit) {
+  auto* c = coordinator(sys);
+  if (c == nullptr)
+    return run_outcome::stalled;
+  auto start = std::chrono::steady_clock::now();
+  uint64_t jobs = 0;
+  uint64_t timeouts = 0;
+  auto result = run_outcome::done;
+  while (!done()) {
+    if (watched_job != nullptr && c->has_job()
+        && c->jobs.front() == watched_job) {
+      auto t0 = thread_cpu_ns();
+      c->run_once();
+      watched_ns += thread_cpu_ns() - t0;
+      ++jobs;
+      continue;
+    }
+    if (c->try_run_once()) {
+      // The wall clock is read every 4096 jobs only: it is not free.
+      if ((++jobs & 0xfff) == 0 && wall_limit.count() > 0
+          && std::chrono::steady_clock::now() - start > wall_limit) {
+        result = run_outcome::wall_limit;
+        break;
+      }
+      continue;
+    }
+    if (!c->trigger_timeout()) {
+      result = done() ? run_outcome::done : run_outcome::stalled;
+      break;
+    }
+    ++timeouts;
+  }
+  jobs_run += jobs;
+  timeouts_fired += timeouts;
+  return result;
+}
+
+void watch(const caf::actor& actor) {
+  watched_actor = actor;
+  watched_job = actor ? dynamic_cast<const caf::resumable*>(
+                    caf::actor_cast<caf::abstract_actor*>(actor))
+                      : nullptr;
+  watched_ns = 0;
+}
+
+double watched_cpu_seconds() {
+  return static_cast<double>(watched_ns.load()) / 1e9;
+}
+
+event_counts events() {
+  return event_counts{jobs_run.load(), timeouts_fired.load()};
+}
+
+} // namespace dualpath::actors::sim

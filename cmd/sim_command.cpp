@@ -1,0 +1,273 @@
+// `dualpath sim`: the actors of `dualpath run` (embedded cluster, scheduler,
+// engines, replay driver) in simulated time under CAF's deterministic
+// scheduler, with a modeled data plane (no KV byte moves; link, storage-NIC
+// and compute times as in `run`). Same options and the same report as `run`,
+// plus what the simulation cost: events, events per wall second and the
+// scheduler actor's CPU time per simulated second. docs/simulation.md.
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "actors/cluster/job.hpp"
+#include "actors/register.hpp"
+#include "cmd/command.hpp"
+
+namespace dualpath::cmd {
+
+namespace {
+
+using namespace actors::cluster;
+
+constexpr const char* not_verified = "not verified: simulated data plane";
+
+const mode_report* find_mode(const std::vector<mode_report>& xs,
+                             const std::string& name) {
+  for (auto& x : xs)
+    if (x.mode == name)
+      return &x;
+  return nullptr;
+}
+
+double ratio(const mode_report* num, const mode_report* den) {
+  if (num == nullptr || den == nullptr || den->jct_s <= 0)
+    return 0;
+  return num->jct_s / den->jct_s;
+}
+
+// The simulation's cost of one mode as JSON.
+nlohmann::json sim_json(const sim_mode_stats& s, double jct_s) {
+  return {{"events", s.events},
+          {"timeouts", s.timeouts},
+          {"wall_s", s.wall_s},
+          {"events_per_s", s.wall_s > 0 ? s.events / s.wall_s : 0.0},
+          {"scheduler_cpu_s", s.scheduler_cpu_s},
+          // CPU seconds per simulated second = cores the scheduler needs.
+          {"scheduler_cores", jct_s > 0 ? s.scheduler_cpu_s / jct_s : 0.0}};
+}
+
+class sim_command : public command {
+public:
+  std::string name() const override {
+    return "sim";
+  }
+
+  std::string description() const override {
+    return "Simulate `run` in simulated time (deterministic, modeled data "
+           "plane): cluster scale on one core.";
+  }
+
+  void add_options(CLI::App& app, key_flags& flags) override {
+    flags.add(app, "--agents", "workload.agents");
+    flags.add(app, "--turns", "run.turns");
+    flags.add(app, "--prefill-nodes", "run.prefill_nodes");
+    flags.add(app, "--decode-nodes", "run.decode_nodes");
+    flags.add(app, "--mode", "run.modes");
+    flags.add(app, "--aps", "run.aps");
+    flags.add(app, "--time-scale", "run.time_scale");
+    flags.add(app, "--byte-scale", "run.byte_scale");
+    app.add_option("--aps-sweep", sweep_,
+                   "Comma-separated agent arrival rates: runs each mode at "
+                   "each rate and reports each mode's capacity under the SLO "
+                   "(TTFT <= 4 s, TPOT <= 50 ms for 90% of requests).")
+        ->type_name("A,B,...");
+    app.add_option("--trace-file", trace_file_,
+                   "Replay this JSON-lines trace instead of generating one "
+                   "(docs/workload.md).")
+        ->type_name("FILE");
+    app.add_flag("--quiet", quiet_, "No progress line.");
+  }
+
+  int run(const invocation& inv) override {
+    auto& cfg = inv.cfg;
+    auto modes = parse_variants(cfg.string("run.modes"));
+    if (!modes)
+      return inv.fail(name(), caf::to_string(modes.error().context()),
+                      exit_usage);
+    job_options opts;
+    opts.modes = *modes;
+    opts.turns = static_cast<uint32_t>(cfg.integer("run.turns"));
+    opts.aps = cfg.real("run.aps");
+    opts.wall_limit = std::chrono::seconds(cfg.integer("run.wall_limit_s"));
+    opts.simulate = true;
+    if (!trace_file_.empty())
+      opts.trace_file = trace_file_;
+    if (!quiet_)
+      opts.progress = [](const std::string& mode, uint64_t done,
+                         uint64_t total) {
+        if (done % 256 == 0 || done == total) {
+          std::fprintf(stderr, "\r[sim %s] requests %llu/%llu   ",
+                       mode.c_str(), static_cast<unsigned long long>(done),
+                       static_cast<unsigned long long>(total));
+          if (done == total)
+            std::fprintf(stderr, "\n");
+        }
+      };
+    std::vector<double> rates;
+    {
+      std::stringstream in{sweep_};
+      std::string item;
+      while (std::getline(in, item, ',')) {
+        if (item.empty())
+          continue;
+        char* end = nullptr;
+        auto x = std::strtod(item.c_str(), &end);
+        if (end == item.c_str() || *end != '\0' || !(x > 0))
+          return inv.fail(name(),
+                          "--aps-sweep: '" + item
+                              + "' is not a positive number of agents per "
+                                "second",
+                          exit_usage);
+        rates.push_back(x);
+      }
+    }
+    auto res = run_job(cfg, opts);
+    if (!res) {
+      auto& err = res.error();
+      auto bad_input =
+          (err.category() == caf::atom("system")
+           && err.code() == static_cast<uint8_t>(caf::sec::invalid_argument))
+          || err.category() == caf::atom("dp_wkload")
+          || err.category() == caf::atom("dp_config");
+      return inv.fail(name(), to_text(err),
+                      bad_input ? exit_usage : exit_failure);
+    }
+    std::vector<std::pair<double, job_result>> sweep;
+    for (auto aps : rates) {
+      auto o = opts;
+      o.aps = aps;
+      auto r = run_job(cfg, o);
+      if (!r)
+        return inv.fail(name(), to_text(r.error()), exit_failure);
+      sweep.emplace_back(aps, std::move(*r));
+    }
+    uint64_t events = 0;
+    double replay_wall = 0;
+    for (auto& s : res->sim) {
+      events += s.events;
+      replay_wall += s.wall_s;
+    }
+    auto events_per_s = replay_wall > 0 ? events / replay_wall : 0.0;
+    auto basic = find_mode(res->modes, "basic");
+    auto dual = find_mode(res->modes, "dualpath");
+    auto oracle = find_mode(res->modes, "oracle");
+    if (inv.json()) {
+      nlohmann::json doc;
+      auto& jm = doc["modes"] = nlohmann::json::object();
+      for (size_t i = 0; i < res->modes.size(); ++i) {
+        auto& m = res->modes[i];
+        auto j = to_json(m);
+        if (i < res->sim.size())
+          j["sim"] = sim_json(res->sim[i], m.jct_s);
+        jm[m.mode] = std::move(j);
+      }
+      doc["ratios"] = {{"basic_over_dualpath_jct", ratio(basic, dual)},
+                       {"dualpath_over_oracle_jct", ratio(dual, oracle)}};
+      doc["wall_s"] = res->wall_s;
+      doc["populate_s"] = res->populate_s;
+      doc["byte_scale"] = res->byte_scale;
+      doc["time_scale"] = res->time_scale;
+      doc["agents"] = res->agents;
+      doc["requests_per_mode"] = res->requests_per_mode;
+      doc["mean_prompt_tokens"] = res->mean_prompt_tokens;
+      doc["mean_hit_share"] = res->mean_hit_share;
+      doc["data_plane"] = "modeled";
+      doc["verification"] = not_verified;
+      doc["sim_events"] = events;
+      doc["sim_events_per_s"] = events_per_s;
+      if (!sweep.empty()) {
+        auto& js = doc["aps_sweep"] = nlohmann::json::array();
+        for (auto& [aps, r] : sweep) {
+          nlohmann::json point{{"aps", aps}};
+          for (auto& m : r.modes)
+            point["modes"][m.mode] = to_json(m);
+          js.push_back(std::move(point));
+        }
+        doc["capacity_aps"] = capacity(sweep);
+      }
+      return inv.emit_json(doc);
+    }
+    auto& out = inv.out;
+    out << "dualpath sim: " << res->agents << " agents, "
+        << res->requests_per_mode << " requests per mode, mean prompt "
+        << std::fixed << std::setprecision(0) << res->mean_prompt_tokens
+        << " tokens (" << std::setprecision(1) << res->mean_hit_share * 100
+        << "% in storage at the first replayed turn)\n"
+        << "model " << cfg.string("model.name") << ", "
+        << cfg.integer("run.prefill_nodes") << "P"
+        << cfg.integer("run.decode_nodes") << "D x "
+        << cfg.integer("hardware.gpus_per_node") << " GPUs ("
+        << cfg.string("hardware.profile")
+        << "); simulated time, modeled data plane (KV " << not_verified
+        << ")\n\n";
+    print_table(out, res->modes);
+    out << std::setprecision(2);
+    if (basic && dual)
+      out << "\nBasic / DualPath JCT: " << ratio(basic, dual) << "x";
+    if (dual && oracle)
+      out << "\nDualPath / Oracle JCT: " << ratio(dual, oracle) << "x";
+    out << "\n";
+    for (size_t i = 0; i < res->sim.size() && i < res->modes.size(); ++i) {
+      auto& s = res->sim[i];
+      auto jct = res->modes[i].jct_s;
+      out << "simulation " << s.mode << ": " << s.events << " events in "
+          << std::setprecision(1) << s.wall_s << " s wall ("
+          << std::setprecision(0) << (s.wall_s > 0 ? s.events / s.wall_s : 0)
+          << " events/s); scheduler " << std::setprecision(3)
+          << s.scheduler_cpu_s << " CPU s = "
+          << (jct > 0 ? s.scheduler_cpu_s / jct : 0)
+          << " cores per simulated second\n";
+    }
+    out << "wall time: " << std::setprecision(1) << res->wall_s
+        << " s (store pre-population " << res->populate_s << " s)\n";
+    for (auto& [aps, r] : sweep) {
+      out << "\nAPS " << aps << ":\n";
+      print_table(out, r.modes);
+    }
+    if (!sweep.empty()) {
+      auto cap = capacity(sweep);
+      for (auto& m : sweep.front().second.modes)
+        out << "capacity under SLO, " << m.mode << ": "
+            << cap.value(m.mode, 0.0) << " APS\n";
+    }
+    return exit_ok;
+  }
+
+private:
+  static std::string to_text(const caf::error& err) {
+    auto cat = err.category();
+    if (cat == caf::atom("dp_config") || cat == caf::atom("dp_wkload")
+        || cat == caf::atom("system")) {
+      auto& ctx = err.context();
+      if (!ctx.empty() && ctx.match_element<std::string>(0))
+        return ctx.get_as<std::string>(0);
+    }
+    return actors::render(err);
+  }
+
+  // The highest swept rate at which >= 90% of a mode's requests meet the SLO.
+  static nlohmann::json
+  capacity(const std::vector<std::pair<double, job_result>>& sweep) {
+    nlohmann::json out = nlohmann::json::object();
+    for (auto& [aps, r] : sweep)
+      for (auto& m : r.modes) {
+        if (!out.contains(m.mode))
+          out[m.mode] = 0.0;
+        if (m.slo_attainment >= 0.9 && aps > out[m.mode].get<double>())
+          out[m.mode] = aps;
+      }
+    return out;
+  }
+
+  std::string sweep_;
+  std::string trace_file_;
+  bool quiet_ = false;
+};
+
+} // namespace
+
+std::unique_ptr<command> make_sim_command() {
+  return std::make_unique<sim_command>();
+}
+
+} // namespace dualpath::cmd

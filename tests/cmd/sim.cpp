@@ -1,0 +1,154 @@
+// ctest-label: sim
+// `dualpath sim` as a real process: the same seed gives the same report (every
+// key but the wall-clock ones); a small cluster simulated agrees with
+// `dualpath run` (real time, real bytes) on JCT within 10% for the same trace
+// and hardware; the report is run's plus the simulation's cost, and says that
+// no KV was verified; bad input exits 2.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/support.hpp"
+
+using dualpath::test::dualpath_binary;
+using dualpath::test::run_process;
+using dualpath::test::temp_dir;
+using nlohmann::json;
+
+namespace {
+
+// The small cluster of tests/cmd/run.cpp: 1P1D of 2 GPUs per node, six
+// agents, two replayed turns each, ds-660b (one real byte per token and layer
+// where bytes do move).
+std::vector<std::string> small(const std::string& command,
+                               std::vector<std::string> extra) {
+  std::vector<std::string> args{dualpath_binary(),
+                                command,
+                                "--quiet",
+                                "--json",
+                                "--agents",
+                                "6",
+                                "--turns",
+                                "2",
+                                "--prefill-nodes",
+                                "1",
+                                "--decode-nodes",
+                                "1",
+                                "--set",
+                                "hardware.gpus_per_node=2",
+                                "--byte-scale",
+                                "656"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+json run_json(std::vector<std::string> args) {
+  auto res = run_process(args);
+  REQUIRE_MESSAGE(res.status == 0, res.err);
+  return json::parse(res.out);
+}
+
+// Removes every key whose value depends on the wall clock.
+void strip_wall(json& doc) {
+  static const char* keys[] = {"wall_s",          "populate_s", "setup_s",
+                               "lag_p99_ms",      "events_per_s",
+                               "sim_events_per_s", "scheduler_cpu_s",
+                               "scheduler_cores"};
+  if (doc.is_object()) {
+    for (auto key : keys)
+      doc.erase(key);
+    for (auto& [k, v] : doc.items())
+      strip_wall(v);
+  } else if (doc.is_array()) {
+    for (auto& v : doc)
+      strip_wall(v);
+  }
+}
+
+} // namespace
+
+TEST_CASE("the same seed gives the same report") {
+  auto args = small("sim", {"--mode", "basic,dualpath"});
+  auto a = run_json(args);
+  auto b = run_json(args);
+  strip_wall(a);
+  strip_wall(b);
+  CHECK(a.dump(1) == b.dump(1));
+  // Another seed is another trace, hence another report.
+  auto other = small("sim", {"--mode", "basic,dualpath", "--set",
+                             "workload.seed=7"});
+  auto c = run_json(other);
+  strip_wall(c);
+  CHECK(a.dump() != c.dump());
+}
+
+TEST_CASE("the report is run's plus the simulation's cost") {
+  auto doc = run_json(small("sim", {"--mode", "ablation"}));
+  REQUIRE(doc.contains("modes"));
+  CHECK(doc["data_plane"] == "modeled");
+  CHECK(doc["verification"] == "not verified: simulated data plane");
+  CHECK(doc["sim_events"].get<uint64_t>() > 0);
+  CHECK(doc["sim_events_per_s"].get<double>() > 0);
+  CHECK(doc.contains("wall_s"));
+  CHECK(doc["ratios"]["basic_over_dualpath_jct"].get<double>() > 1.0);
+  for (auto mode :
+       {"basic", "layerwise", "dualpath-rr", "dualpath", "oracle"}) {
+    CAPTURE(mode);
+    REQUIRE(doc["modes"].contains(mode));
+    auto& m = doc["modes"][mode];
+    CHECK(m["requests"].get<int>() == doc["requests_per_mode"].get<int>());
+    CHECK(m["failed_requests"].get<int>() == 0);
+    CHECK(m["jct_s"].get<double>() > 0);
+    // Honest verification counts: nothing is verified, nothing failed.
+    CHECK(m["blocks_verified"].get<int>() == 0);
+    CHECK(m["verify_failures"].get<int>() == 0);
+    CHECK(m["recomputed_blocks"].get<int>() == 0);
+    REQUIRE(m.contains("sim"));
+    CHECK(m["sim"]["events"].get<uint64_t>() > 0);
+    CHECK(m["sim"].contains("scheduler_cores"));
+  }
+  auto& oracle = doc["modes"]["oracle"];
+  CHECK(oracle["bytes_read_pe_side"].get<uint64_t>() == 0);
+  CHECK(oracle["bytes_read_de_side"].get<uint64_t>() == 0);
+  for (auto mode : {"basic", "layerwise"})
+    CHECK(doc["modes"][mode]["bytes_read_de_side"].get<uint64_t>() == 0);
+  auto& dual = doc["modes"]["dualpath"];
+  CHECK(dual["bytes_read_pe_side"].get<uint64_t>()
+            + dual["bytes_read_de_side"].get<uint64_t>()
+        == doc["modes"]["basic"]["bytes_read_pe_side"].get<uint64_t>());
+}
+
+TEST_CASE("a small cluster simulated agrees with run on JCT within 10%") {
+  temp_dir dir;
+  // run in real time (time scale 1): the emulation keeps up best there.
+  auto real = run_json(small("run", {"--mode", "basic,dualpath",
+                                     "--time-scale", "1", "--store-dir",
+                                     dir.file("store")}));
+  auto simulated = run_json(small("sim", {"--mode", "basic,dualpath"}));
+  for (auto mode : {"basic", "dualpath"}) {
+    CAPTURE(mode);
+    auto r = real["modes"][mode]["jct_s"].get<double>();
+    auto s = simulated["modes"][mode]["jct_s"].get<double>();
+    CAPTURE(r);
+    CAPTURE(s);
+    CHECK(std::abs(s - r) <= 0.10 * r);
+    // The same blocks are read (where depends on timing in dualpath).
+    auto bytes = [&](json& doc) {
+      return doc["modes"][mode]["bytes_read_pe_side"].get<uint64_t>()
+             + doc["modes"][mode]["bytes_read_de_side"].get<uint64_t>();
+    };
+    CHECK(bytes(real) == bytes(simulated));
+  }
+}
+
+TEST_CASE("bad input exits 2 naming what was wrong") {
+  auto bad_mode = run_process(small("sim", {"--mode", "turbo"}));
+  CHECK(bad_mode.status == 2);
+  CHECK(bad_mode.err.find("turbo") != std::string::npos);
+  auto zero_turns = run_process(small("sim", {"--turns", "0"}));
+  CHECK(zero_turns.status == 2);
+  CHECK(zero_turns.err.find("run.turns") != std::string::npos);
+}

@@ -31,8 +31,6 @@ std::vector<std::string> small(const std::string& command,
                                 "--json",
                                 "--agents",
                                 "6",
-                                "--turns",
-                                "2",
                                 "--prefill-nodes",
                                 "1",
                                 "--decode-nodes",
@@ -42,6 +40,10 @@ std::vector<std::string> small(const std::string& command,
                                 "--byte-scale",
                                 "656"};
   args.insert(args.end(), extra.begin(), extra.end());
+  if (std::find(extra.begin(), extra.end(), "--turns") == extra.end()) {
+    args.emplace_back("--turns");
+    args.emplace_back("2");
+  }
   return args;
 }
 

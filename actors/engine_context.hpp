@@ -71,6 +71,10 @@ struct model_shape {
   uint32_t attn_heads = 0;
   uint32_t attn_qk_dim = 0;
   uint32_t attn_v_dim = 0;
+  /// Sparse attention (0 = dense) and its indexer.
+  uint32_t attn_topk = 0;
+  uint32_t indexer_heads = 0;
+  uint32_t indexer_dim = 0;
 };
 
 /// One emulated node.

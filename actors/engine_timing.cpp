@@ -20,6 +20,9 @@ gpu::model_shape compute_shape(const engine_config& cfg) {
   m.attention_heads = cfg.model.attn_heads;
   m.qk_head_dim = cfg.model.attn_qk_dim;
   m.v_head_dim = cfg.model.attn_v_dim;
+  m.sparse_topk = cfg.model.attn_topk;
+  m.indexer_heads = cfg.model.indexer_heads;
+  m.indexer_dim = cfg.model.indexer_dim;
   m.kv_bytes_per_token_layer = cfg.model.nominal_bytes_per_token_layer;
   return m;
 }

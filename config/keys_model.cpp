@@ -18,9 +18,20 @@ void add_model(std::vector<key_spec>& out) {
                          "Parameters active per token (compute model: "
                          "2 FLOP per active parameter per token).",
                          range::above(0)));
-  out.push_back(choice_key("model.attention", "mla", {"mla", "gqa"},
-                           "Attention kind: multi-head latent (mla) or "
-                           "grouped-query (gqa)."));
+  out.push_back(choice_key("model.attention", "dsa", {"dsa", "mla", "gqa"},
+                           "Attention kind: DeepSeek sparse attention over "
+                           "MLA (dsa: an indexer scores every key, each "
+                           "query attends to attn_topk keys), dense "
+                           "multi-head latent (mla) or grouped-query (gqa)."));
+  out.push_back(int_key("model.attn_topk", 2048, "tokens",
+                        "dsa: keys each query attends to at most.",
+                        range::at_least(1)));
+  out.push_back(int_key("model.indexer_heads", 64, "heads",
+                        "dsa: heads of the lightning indexer.",
+                        range::at_least(1)));
+  out.push_back(int_key("model.indexer_dim", 128, "",
+                        "dsa: dimension per indexer head.",
+                        range::at_least(1)));
   out.push_back(int_key("model.attn_heads", 128, "heads",
                         "Query heads (attention FLOPs).", range::at_least(1)));
   out.push_back(int_key("model.attn_qk_dim", 576, "",

@@ -31,12 +31,16 @@ std::vector<profile> build_profiles() {
       "ds-660b",
       "DeepSeek-V3.2 660B: 61 layers, MLA with FP8 KV (656 B per token per "
       "layer, ~40 KB per token), 37e9 activated parameters, 128 heads, "
-      "absorbed MLA dims qk 576 / v 512.",
+      "absorbed MLA dims qk 576 / v 512, DeepSeek sparse attention (top-2048 "
+      "keys per query, indexer 64 heads x 128).",
       {kv{"model.name", std::string{"DeepSeek-V3.2 660B"}},
        kv{"model.layers", int64_t{61}},
        kv{"model.kv_bytes_per_token_layer", int64_t{656}},
        kv{"model.active_params", 37e9},
-       kv{"model.attention", std::string{"mla"}},
+       kv{"model.attention", std::string{"dsa"}},
+       kv{"model.attn_topk", int64_t{2048}},
+       kv{"model.indexer_heads", int64_t{64}},
+       kv{"model.indexer_dim", int64_t{128}},
        kv{"model.attn_heads", int64_t{128}},
        kv{"model.attn_qk_dim", int64_t{576}},
        kv{"model.attn_v_dim", int64_t{512}},

@@ -8,16 +8,25 @@
 
 namespace dualpath::gpu {
 
-model_shape ds_660b() {
+model_shape deepseek_v3() {
   model_shape m;
-  m.name = "ds-660b";
+  m.name = "deepseek-v3";
   m.layers = 61;
   m.active_params = 37e9;
   m.attention_heads = 128;
-  m.qk_head_dim = 192; // 128 nope + 64 rope
-  m.v_head_dim = 128;
+  m.qk_head_dim = 576; // absorbed MLA: 512 latent + 64 rope
+  m.v_head_dim = 512;
   m.kv_bytes_per_token_layer = 656; // 512 FP8 latent + 16 scales + 128 rope
   m.weight_bytes_per_param = 1;     // FP8
+  return m;
+}
+
+model_shape ds_660b() {
+  model_shape m = deepseek_v3();
+  m.name = "ds-660b";
+  m.sparse_topk = 2048;
+  m.indexer_heads = 64;
+  m.indexer_dim = 128;
   return m;
 }
 
@@ -53,6 +62,9 @@ std::string validate(const model_shape& m) {
     return "model " + m.name + ": kv_bytes_per_token_layer must be > 0";
   if (!(m.weight_bytes_per_param > 0))
     return "model " + m.name + ": weight_bytes_per_param must be > 0";
+  if (m.sparse_topk > 0 && (m.indexer_heads == 0 || m.indexer_dim == 0))
+    return "model " + m.name
+           + ": sparse attention needs indexer heads and dims > 0";
   return {};
 }
 
@@ -76,6 +88,33 @@ double attention_pairs(const sequence_shape& s) {
   return n * c + n * (n + 1) / 2;
 }
 
+double sparse_attention_pairs(const sequence_shape& s, uint32_t topk) {
+  if (topk == 0)
+    return attention_pairs(s);
+  // New token t (1-based) sees c + t keys; it attends to min(c + t, k).
+  const double n = static_cast<double>(s.new_tokens);
+  const double c = static_cast<double>(s.cached);
+  const double k = topk;
+  // Tokens with c + t <= k: t <= k - c.
+  const double below = std::clamp(k - c, 0.0, n);
+  const double dense_part = below * c + below * (below + 1) / 2;
+  return dense_part + (n - below) * k;
+}
+
+namespace {
+
+// Main attention plus, for sparse attention, the indexer.
+double layer_attention_flops(const model_shape& m, double dense_pairs,
+                             double main_pairs) {
+  double f = attention_flops_for_pairs(m, main_pairs);
+  if (m.sparse_topk > 0)
+    f += 2.0 * m.indexer_heads * static_cast<double>(m.indexer_dim)
+         * dense_pairs;
+  return f;
+}
+
+} // namespace
+
 double linear_flops_per_layer(const model_shape& m, uint64_t tokens) {
   return 2.0 * (m.active_params / m.layers) * static_cast<double>(tokens);
 }
@@ -87,10 +126,21 @@ double attention_flops_for_pairs(const model_shape& m, double pairs) {
 
 double attention_flops_per_layer(const model_shape& m,
                                  const std::vector<sequence_shape>& batch) {
-  double pairs = 0;
-  for (const auto& s : batch)
-    pairs += attention_pairs(s);
-  return attention_flops_for_pairs(m, pairs);
+  double dense = 0;
+  double main = 0;
+  for (const auto& s : batch) {
+    dense += attention_pairs(s);
+    main += sparse_attention_pairs(s, m.sparse_topk);
+  }
+  return layer_attention_flops(m, dense, main);
+}
+
+double cache_to_compute_gb_per_pflop(const model_shape& m,
+                                     const sequence_shape& s) {
+  const double flops = m.layers * prefill_flops_per_layer(m, {s});
+  const double bytes = static_cast<double>(s.cached) * m.layers
+                       * static_cast<double>(m.kv_bytes_per_token_layer);
+  return flops > 0 ? (bytes / 1e9) / (flops / 1e15) : 0;
 }
 
 double prefill_flops_per_layer(const model_shape& m,
@@ -130,15 +180,22 @@ decode_step decode_step_time(const model_shape& m, const gpu_rate& g,
   if (contexts.empty())
     return r;
   double pairs = 0;
-  for (auto c : contexts)
-    pairs += static_cast<double>(c) + 1; // attends to itself too
+  double main = 0;
+  for (auto c : contexts) {
+    const double keys = static_cast<double>(c) + 1; // attends to itself too
+    pairs += keys;
+    main += m.sparse_topk > 0 ? std::min<double>(keys, m.sparse_topk) : keys;
+  }
   const double flops = linear_flops_per_layer(m, contexts.size())
-                       + attention_flops_for_pairs(m, pairs);
+                       + layer_attention_flops(m, pairs, main);
   r.compute_s = flops / flop_rate(g);
-  // KV read per layer: every present token's row plus the new one.
+  // KV read per layer: the rows attention reads (sparse: the selected ones
+  // plus one FP8 indexer key per present token), plus the new one.
+  double kv = main * static_cast<double>(m.kv_bytes_per_token_layer);
+  if (m.sparse_topk > 0)
+    kv += pairs * static_cast<double>(m.indexer_dim);
   const double bytes =
-      m.active_params / m.layers * m.weight_bytes_per_param
-      + pairs * static_cast<double>(m.kv_bytes_per_token_layer);
+      m.active_params / m.layers * m.weight_bytes_per_param + kv;
   r.memory_s = bytes / byte_rate(g);
   r.layer_s = std::max(r.compute_s, r.memory_s);
   r.tpot_s = m.layers * r.layer_s + g.step_overhead_s;

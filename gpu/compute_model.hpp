@@ -12,11 +12,20 @@
 //     tokens up to and including itself; QK^T costs 2 * qk_dim and PV costs
 //     2 * v_dim FLOPs per head per pair)
 //   time      = (linear + attention) / (gpu_tflops * 1e12 * compute_efficiency)
+// Sparse attention (DeepSeek-V3.2's DSA, sparse_topk > 0): a lightning
+// indexer scores every (query, key) pair, 2 * indexer_heads * indexer_dim
+// FLOPs per pair, and the main attention then attends to at most sparse_topk
+// keys per query: pairs of one request = sum over its new tokens t of
+// min(keys visible to t, sparse_topk). With dense attention (DeepSeek-V3,
+// same MLA dims) a 32.7k-token agentic prompt costs ~4x the FLOPs: the
+// brief's cache-to-compute ratios (DeepSeek-V3 4.8-5.8 GB/PFLOP, V3.2 13-36)
+// come out of these formulas (tests/gpu/compute_model.cpp checks both).
 //
 // Decode step, per layer, for a batch of sequences each producing one token
 // with `context` tokens of KV already present:
-//   compute   = linear(tokens = batch) + attention(pairs = context + 1 each)
-//               at the compute rate above
+//   compute   = linear(tokens = batch) + attention(pairs = context + 1 each;
+//               sparse: min(context + 1, topk) main pairs plus context + 1
+//               indexer pairs) at the compute rate above
 //   memory    = (active_params / layers * weight_bytes_per_param
 //                + sum(context + 1) * kv_bytes_per_token_layer)
 //               / (hbm_tbps * 1e12 * hbm_efficiency)
@@ -61,6 +70,11 @@ struct model_shape {
   uint64_t kv_bytes_per_token_layer = 0;
   /// Bytes per weight as stored (FP8: 1, BF16: 2).
   double weight_bytes_per_param = 1;
+  /// Sparse attention: keys each query attends to at most (0 = dense).
+  uint32_t sparse_topk = 0;
+  /// Sparse attention: the indexer's heads and per-head dimension.
+  uint32_t indexer_heads = 0;
+  uint32_t indexer_dim = 0;
 };
 
 /// The rate of one GPU.
@@ -85,10 +99,14 @@ struct sequence_shape {
   uint64_t new_tokens = 0;
 };
 
-/// DeepSeek-V3.2 660B: 61 layers, 37e9 active params, MLA with 128 heads,
-/// qk 192 (128 nope + 64 rope), v 128, 656 B of FP8 KV per token per layer,
-/// FP8 weights.
+/// DeepSeek-V3.2 660B: 61 layers, 37e9 active params, MLA with 128 heads in
+/// its absorbed form (qk 576 = 512 latent + 64 rope, v 512), DSA sparse
+/// attention (top-2048 keys per query, indexer 64 heads x 128), 656 B of FP8
+/// KV per token per layer, FP8 weights.
 model_shape ds_660b();
+
+/// DeepSeek-V3 (the dense predecessor): ds_660b() without sparse attention.
+model_shape deepseek_v3();
 
 /// Qwen2.5-32B: 64 layers, dense 32.5e9 params, 40 query heads of 128 dims,
 /// GQA with 8 KV heads (256 KiB KV per token: 4 KiB per layer), BF16.
@@ -106,8 +124,17 @@ std::string validate(const model_shape& m);
 /// Empty when `g` is usable, else what is wrong.
 std::string validate(const gpu_rate& g);
 
-/// (query, key) pairs one layer's attention computes for `s`.
+/// (query, key) pairs one layer's dense attention computes for `s`.
 double attention_pairs(const sequence_shape& s);
+
+/// (query, key) pairs of `s` when each query attends to at most `topk` keys
+/// (topk 0 = dense: attention_pairs(s)).
+double sparse_attention_pairs(const sequence_shape& s, uint32_t topk);
+
+/// GB (1e9 bytes) of cached KV to load per PFLOP of prefill for one request
+/// (the brief's cache-to-compute ratio).
+double cache_to_compute_gb_per_pflop(const model_shape& m,
+                                     const sequence_shape& s);
 
 /// Linear-layer FLOPs of one layer for `tokens` tokens.
 double linear_flops_per_layer(const model_shape& m, uint64_t tokens);

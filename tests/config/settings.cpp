@@ -81,7 +81,7 @@ TEST_CASE("defaults: the paper's hardware, ds-660b and trace-64k") {
   CHECK(s.real("hardware.gpu_tflops") == 989.0);
   CHECK(s.integer("model.layers") == 61);
   CHECK(s.integer("model.kv_bytes_per_token_layer") == 656);
-  CHECK(s.string("model.attention") == "mla");
+  CHECK(s.string("model.attention") == "dsa");
   CHECK(s.integer("workload.turns") == 157);
   CHECK(s.integer("workload.context_tokens") == 32721);
   CHECK(s.integer("storage.block_tokens") == 64);

@@ -6,7 +6,20 @@
 
 using namespace dualpath::gpu;
 
-TEST_CASE("compute model: ds-660b prefill of 429 new tokens over 32k cached") {
+namespace {
+
+// The hand-worked cases below use DeepSeek-V3's dense MLA in its
+// non-absorbed prefill form (qk 192 = 128 nope + 64 rope, v 128).
+model_shape hand_model() {
+  auto m = deepseek_v3();
+  m.qk_head_dim = 192;
+  m.v_head_dim = 128;
+  return m;
+}
+
+} // namespace
+
+TEST_CASE("compute model: dense MLA prefill of 429 new tokens over 32k cached") {
   // By hand, per layer (61 layers, 37e9 active params, MLA 128 heads,
   // qk 192, v 128):
   //   linear    = 2 * (37e9 / 61) * 429
@@ -19,7 +32,7 @@ TEST_CASE("compute model: ds-660b prefill of 429 new tokens over 32k cached") {
   // At an H200's 989 TFLOP/s with 50% efficiency (494.5e12 FLOP/s):
   //   layer     = 1,679,570,226,948.2 / 494.5e12  = 3.39650 ms
   //   61 layers = 207.187 ms
-  const auto m = ds_660b();
+  const auto m = hand_model();
   const auto g = h200(0.5);
   REQUIRE(validate(m).empty());
   REQUIRE(validate(g).empty());
@@ -39,7 +52,7 @@ TEST_CASE("compute model: ds-660b prefill of 429 new tokens over 32k cached") {
 }
 
 TEST_CASE("compute model: a batch adds up its requests; causality counts") {
-  const auto m = ds_660b();
+  const auto m = hand_model();
   const auto g = h200();
   // Attention of a batch is the sum of its requests' attention; linear work
   // only depends on the total number of new tokens.
@@ -62,7 +75,7 @@ TEST_CASE("compute model: a batch adds up its requests; causality counts") {
   CHECK_EQ(prefill_layer_seconds(m, g, {}), 0.0);
 }
 
-TEST_CASE("compute model: decode TPOT of ds-660b, 32 sequences at 32k") {
+TEST_CASE("compute model: decode TPOT of dense MLA, 32 sequences at 32k") {
   // By hand, per layer, batch 32, each with 32,768 tokens present:
   //   linear  = 2 * 606,557,377.05 * 32            = 38,819,672,131.1 FLOPs
   //   pairs   = 32 * 32,769                        = 1,048,608
@@ -73,7 +86,7 @@ TEST_CASE("compute model: decode TPOT of ds-660b, 32 sequences at 32k") {
   //   memory  = bytes / 4.8e12                     = 269.676 us  (bound)
   //   TPOT    = 61 * 269.676 us                    = 16.4502 ms
   // On an H100 (3.35 TB/s): 61 * bytes / 3.35e12   = 23.5705 ms.
-  const auto m = ds_660b();
+  const auto m = hand_model();
   const std::vector<uint64_t> contexts(32, 32768);
   auto step = decode_step_time(m, h200(), contexts);
   CHECK_EQ(step.compute_s, doctest::Approx(126.109e-6).epsilon(1e-5));
@@ -92,11 +105,55 @@ TEST_CASE("compute model: decode TPOT of ds-660b, 32 sequences at 32k") {
 
 TEST_CASE("compute model: the roofline switches to compute for big batches") {
   // Short contexts and a huge batch: linear FLOPs dominate the step.
-  const auto m = ds_660b();
+  const auto m = hand_model();
   const std::vector<uint64_t> contexts(4096, 16);
   auto step = decode_step_time(m, h200(0.5), contexts);
   CHECK(step.compute_s > step.memory_s);
   CHECK_EQ(step.layer_s, step.compute_s);
+}
+
+TEST_CASE("compute model: sparse attention pairs and FLOPs by hand") {
+  // top-k 4, 3 cached, 3 new: token 1 sees 4 keys (<= k), tokens 2 and 3 see
+  // 5 and 6 but attend to 4 each: 4 + 4 + 4 = 12; dense: 3*3 + 3*4/2 = 15.
+  CHECK_EQ(sparse_attention_pairs({3, 3}, 4), 12.0);
+  CHECK_EQ(attention_pairs({3, 3}), 15.0);
+  // No cache, 6 new, k 4: 1 + 2 + 3 + 4 + 4 + 4 = 18.
+  CHECK_EQ(sparse_attention_pairs({0, 6}, 4), 18.0);
+  // Under the limit nothing changes; topk 0 is dense.
+  CHECK_EQ(sparse_attention_pairs({10, 5}, 100), attention_pairs({10, 5}));
+  CHECK_EQ(sparse_attention_pairs({10, 5}, 0), attention_pairs({10, 5}));
+  // ds-660b, 429 new over 32,768 cached, per layer:
+  //   main    = 2 * 128 * (576 + 512) * 429 * 2048 = 244,712,816,640 (sic:
+  //             278,528 * 878,592)
+  //   indexer = 2 * 64 * 128 * 14,149,707       = 231,828,799,488
+  const auto m = ds_660b();
+  REQUIRE(validate(m).empty());
+  CHECK_EQ(sparse_attention_pairs({32768, 429}, 2048), 878592.0);
+  CHECK_EQ(attention_flops_per_layer(m, {{32768, 429}}),
+           doctest::Approx(278528.0 * 878592 + 16384.0 * 14149707)
+               .epsilon(1e-12));
+  auto bad = m;
+  bad.indexer_heads = 0;
+  CHECK_FALSE(validate(bad).empty());
+}
+
+TEST_CASE("compute model: cache-to-compute ratios of the brief") {
+  // Brief section 1, 429-token append, 16k..64k context: DeepSeek-V3.2 660B
+  // 13..36 GB/PFLOP (22 at 32.7k), DeepSeek-V3 4.8..5.8. The model must land
+  // within 15% of each (the brief's exact token counts are not given).
+  auto at = [](const model_shape& m, uint64_t context) {
+    return cache_to_compute_gb_per_pflop(m, {context - 429, 429});
+  };
+  const auto v32 = ds_660b();
+  CHECK_EQ(at(v32, 16384), doctest::Approx(13).epsilon(0.15));
+  CHECK_EQ(at(v32, 32700), doctest::Approx(22).epsilon(0.15));
+  CHECK_EQ(at(v32, 65536), doctest::Approx(36).epsilon(0.15));
+  const auto v3 = deepseek_v3();
+  CHECK_EQ(at(v3, 16384), doctest::Approx(4.8).epsilon(0.15));
+  CHECK_EQ(at(v3, 65536), doctest::Approx(5.8).epsilon(0.15));
+  // Sparse attention makes the same prompt ~4x cheaper to compute at 32.7k,
+  // which is what turns agentic prefill I/O-bound.
+  CHECK(at(v32, 32700) > 3.5 * at(v3, 32700));
 }
 
 TEST_CASE("compute model: presets and validation") {

@@ -60,6 +60,14 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
       static_cast<uint32_t>(cfg.integer("model.attn_heads"));
   s.model.qk_head_dim = static_cast<uint32_t>(cfg.integer("model.attn_qk_dim"));
   s.model.v_head_dim = static_cast<uint32_t>(cfg.integer("model.attn_v_dim"));
+  if (cfg.string("model.attention") == "dsa") {
+    s.model.sparse_topk =
+        static_cast<uint32_t>(cfg.integer("model.attn_topk"));
+    s.model.indexer_heads =
+        static_cast<uint32_t>(cfg.integer("model.indexer_heads"));
+    s.model.indexer_dim =
+        static_cast<uint32_t>(cfg.integer("model.indexer_dim"));
+  }
   s.model.kv_bytes_per_token_layer =
       static_cast<uint64_t>(cfg.integer("model.kv_bytes_per_token_layer"));
   s.model.weight_bytes_per_param = cfg.real("model.weight_bytes_per_param");
@@ -335,6 +343,9 @@ spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
     ec.model.attn_heads = spec.model.attention_heads;
     ec.model.attn_qk_dim = spec.model.qk_head_dim;
     ec.model.attn_v_dim = spec.model.v_head_dim;
+    ec.model.attn_topk = spec.model.sparse_topk;
+    ec.model.indexer_heads = spec.model.indexer_heads;
+    ec.model.indexer_dim = spec.model.indexer_dim;
     ec.time = time;
     ec.byte_scale = spec.byte_scale;
     ec.node = node;

@@ -132,12 +132,13 @@ void try_gpu(self_ptr self);
 // Observation (null hooks: nothing): a span of request `id` on this engine's
 // track ("gpu<rank>") or its compute NIC's ("cnic<rank>"), emulated ns.
 void trace(self_ptr self, const char* track, const char* name, uint64_t id,
-           int64_t begin_ns, int64_t end_ns, uint64_t nominal_bytes = 0) {
+           int64_t begin_ns, int64_t end_ns, uint64_t nominal_bytes = 0,
+           const char* direction = "") {
   auto& cfg = self->state.cfg;
   if (cfg.hooks && cfg.hooks->tracing())
-    cfg.hooks->span(
-        observe::span_record{cfg.id.node, track + std::to_string(cfg.id.rank),
-                             name, id, -1, begin_ns, end_ns, nominal_bytes});
+    cfg.hooks->span(observe::span_record{
+        cfg.id.node, track + std::to_string(cfg.id.rank) + direction, name, id,
+        -1, begin_ns, end_ns, nominal_bytes});
 }
 
 void on_de_read(self_ptr self, uint64_t id, read_completion c) {
@@ -290,9 +291,19 @@ void start_decode(self_ptr self, de_request& r) {
   if (moves_bytes(cfg)) {
     uint64_t nominal = uint64_t{r.tokens} * cfg.model.layers
                        * cfg.model.nominal_bytes_per_token_layer;
-    t = std::max(
-        {t, reserve(cfg.node->dram, nominal, now),
-         reserve(rank_link(cfg.node->cnic_rx, cfg.id.rank), nominal, now)});
+    auto& link = rank_link(cfg.node->cnic_rx, cfg.id.rank);
+    auto rx = reserve(link, nominal, now);
+    t = std::max({t, reserve(cfg.node->dram, nominal, now), rx});
+    if (link && link->rate() > 0) {
+      // The NIC's window for these bytes (windows of one link never
+      // overlap; the duration is rounded down).
+      auto busy = std::chrono::nanoseconds(
+          static_cast<int64_t>(static_cast<double>(nominal) * 1e9
+                               / static_cast<double>(link->rate())));
+      trace(self, "cnic", "h2d", r.a.request.id,
+            since_start(cfg.time, std::max(now, rx - busy)),
+            since_start(cfg.time, rx), nominal, " rx");
+    }
   }
   // The DRAM slot is free once the KV is in GPU memory.
   st.slots.free(r.slot_offset);
@@ -307,8 +318,6 @@ void start_decode(self_ptr self, de_request& r) {
     r.result.ttst_ns = since_start(cfg.time, t + tpot) - r.a.request.arrival_ns;
   auto end = t + tpot * steps;
   r.result.done_ns = since_start(cfg.time, end);
-  trace(self, "cnic", "h2d", r.a.request.id, since_start(cfg.time, now),
-        since_start(cfg.time, t));
   trace(self, "gpu", "generate", r.a.request.id, since_start(cfg.time, t),
         r.result.done_ns);
   self->delayed_send(self, cfg.time.to_actor(end - now), decode_end_atom_v,

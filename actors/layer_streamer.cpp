@@ -99,9 +99,11 @@ uint64_t staging_offset(const active_batch& b, const engine_config& cfg,
 void advance(self_ptr self);
 
 // Observation (null hooks: nothing): one span per request of the batch on
-// this engine's track ("gpu<rank>") or its compute NIC's ("cnic<rank>").
+// this engine's track ("gpu<rank>") or a direction of its compute NIC
+// ("cnic<rank> rx", "cnic<rank> tx").
 void trace(self_ptr self, const char* track, const char* name, int32_t layer,
-           time_point begin, time_point end, uint64_t nominal_bytes = 0) {
+           time_point begin, time_point end, uint64_t nominal_bytes = 0,
+           const char* direction = "") {
   auto& st = self->state;
   auto& h = st.cfg.hooks;
   if (!h || !h->tracing() || !st.batch)
@@ -109,9 +111,24 @@ void trace(self_ptr self, const char* track, const char* name, int32_t layer,
   auto b = since_start(st.cfg.time, begin);
   auto e = since_start(st.cfg.time, end);
   for (auto& item : st.batch->plan.items)
-    h->span(observe::span_record{st.cfg.id.node,
-                                 track + std::to_string(st.cfg.id.rank), name,
-                                 item.request_id, layer, b, e, nominal_bytes});
+    h->span(observe::span_record{
+        st.cfg.id.node, track + std::to_string(st.cfg.id.rank) + direction,
+        name, item.request_id, layer, b, e, nominal_bytes});
+}
+
+// The window in which this engine's compute NIC (one direction) moved
+// `nominal` bytes whose reservation ended at `end`: a paced link serves its
+// reservations one after another, so the windows of one link never overlap
+// (the duration is rounded down). Not before `floor`.
+time_point link_window(const engine_config& cfg, bool tx, uint64_t nominal,
+                       time_point end, time_point floor) {
+  auto& links = tx ? cfg.node->cnic_tx : cfg.node->cnic_rx;
+  if (cfg.id.rank >= links.size() || links[cfg.id.rank]->rate() == 0)
+    return floor;
+  auto rate = static_cast<double>(links[cfg.id.rank]->rate());
+  auto d = std::chrono::nanoseconds(
+      static_cast<int64_t>(static_cast<double>(nominal) * 1e9 / rate));
+  return std::max(floor, end - d);
 }
 
 void fail(self_ptr self, caf::error err) {
@@ -189,11 +206,15 @@ void start_load(self_ptr self, uint32_t l) {
     auto t = now;
     if (node.dram)
       t = std::max(t, node.dram->reserve(local_nominal, now));
+    auto rx = now;
     if (cfg.id.rank < node.cnic_rx.size())
-      t = std::max(t, node.cnic_rx[cfg.id.rank]->reserve(local_nominal, now));
+      rx = node.cnic_rx[cfg.id.rank]->reserve(local_nominal, now);
+    t = std::max(t, rx);
     lay.ready_at = t;
     lay.timing.h2d_ns = to_ns(t - now);
-    trace(self, "cnic", "h2d", static_cast<int32_t>(l), now, t, local_nominal);
+    trace(self, "cnic", "h2d", static_cast<int32_t>(l),
+          link_window(cfg, false, local_nominal, rx, now), rx, local_nominal,
+          " rx");
   }
   for (size_t i = 0; i < b.plan.items.size(); ++i) {
     auto& item = b.plan.items[i];
@@ -238,16 +259,16 @@ void on_pushed(self_ptr self, const layer_ready& r) {
   auto nominal = nominal_of_real(r.bytes, cfg.model);
   auto t = std::max(now, from_ns(cfg.time, r.done_ns));
   auto& node = *cfg.node;
-  if (cfg.id.rank < node.cnic_rx.size())
-    t = std::max(t, node.cnic_rx[cfg.id.rank]->reserve(nominal, now));
+  if (cfg.id.rank < node.cnic_rx.size()) {
+    auto rx = node.cnic_rx[cfg.id.rank]->reserve(nominal, now);
+    t = std::max(t, rx);
+    trace(self, "cnic", "transfer", static_cast<int32_t>(r.layer),
+          link_window(cfg, false, nominal, rx, now), rx, nominal, " rx");
+  }
   lay.ready_at = std::max(lay.ready_at, t);
   lay.timing.transfer_ns =
       std::max(lay.timing.transfer_ns, to_ns(t - lay.load_start));
   b.bytes_moved += r.bytes;
-  if (lay.pending_pushes == 1)
-    trace(self, "cnic", "transfer", static_cast<int32_t>(r.layer),
-          lay.load_start,
-          lay.load_start + std::chrono::nanoseconds(lay.timing.transfer_ns));
   if (--lay.pending_pushes == 0)
     self->delayed_send(self, cfg.time.to_actor(lay.ready_at - now),
                        loaded_atom_v, b.plan.batch_id, r.layer);
@@ -362,8 +383,12 @@ void start_send(self_ptr self, uint32_t l) {
     }
   }
   auto& node = *cfg.node;
-  if (nominal > 0 && cfg.id.rank < node.cnic_tx.size())
+  if (nominal > 0 && cfg.id.rank < node.cnic_tx.size()) {
     lay.send_done_at = node.cnic_tx[cfg.id.rank]->reserve(nominal, now);
+    trace(self, "cnic", "send", static_cast<int32_t>(l),
+          link_window(cfg, true, nominal, lay.send_done_at, now),
+          lay.send_done_at, nominal, " tx");
+  }
   lay.timing.send_ns = to_ns(lay.send_done_at - now);
   if (batches.empty()) {
     self->send(self, sent_done_atom_v, b.plan.batch_id, l);
@@ -410,10 +435,6 @@ void on_sent_done(self_ptr self, uint32_t l) {
   auto& lay = b.layers[l];
   const auto bt = cfg.model.block_tokens;
   auto done_ns = to_ns(lay.send_done_at - cfg.time.start());
-  if (moves_bytes(cfg))
-    trace(self, "cnic", "send", static_cast<int32_t>(l),
-          lay.send_done_at - std::chrono::nanoseconds(lay.timing.send_ns),
-          lay.send_done_at);
   for (auto& item : b.plan.items) {
     uint64_t sent_tokens =
         std::min<uint64_t>(uint64_t{item.pe_side_blocks} * bt, item.tokens)

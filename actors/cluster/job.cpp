@@ -80,9 +80,11 @@ struct run_config : caf::actor_system_config {
                                        : cfg.string("caf.scheduler_policy")));
     if (cfg.boolean("caf.profiling")) {
       set("scheduler.enable-profiling", true);
+      // CAF writes nothing when the file name is empty (it warns "could
+      // not open file"): the documented default is caf-profile.txt.
       auto file = cfg.string("caf.profiling_file");
-      if (!file.empty())
-        set("scheduler.profiling-output-file", file);
+      set("scheduler.profiling-output-file",
+          file.empty() ? std::string{"caf-profile.txt"} : file);
       set("scheduler.profiling-resolution",
           caf::timespan{std::chrono::milliseconds(
               cfg.integer("caf.profiling_resolution_ms"))});

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,12 +69,26 @@ caf::expected<backend_ptr> make_backend(const backend_config& cfg) {
 // -- aligned_buffer -----------------------------------------------------------
 
 void aligned_buffer::deleter::operator()(std::byte* p) const {
-  std::free(p);
+  if (mapped > 0)
+    ::munmap(p, mapped);
+  else
+    std::free(p);
 }
 
 caf::expected<aligned_buffer> aligned_buffer::make(size_t len) {
   aligned_buffer result;
   auto n = align_up(len == 0 ? 1 : len, io_alignment);
+  if (n >= (size_t{1} << 20)) {
+    // Page-aligned, zero-filled by the kernel, resident only once touched.
+    void* m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+      return sys_error("mmap", std::to_string(n), errno);
+    result.ptr_ = std::unique_ptr<std::byte, deleter>(
+        static_cast<std::byte*>(m), deleter{n});
+    result.size_ = n;
+    return result;
+  }
   void* p = nullptr;
   if (auto rc = ::posix_memalign(&p, io_alignment, n); rc != 0)
     return sys_error("posix_memalign", std::to_string(n), rc);

@@ -111,7 +111,9 @@ class aligned_buffer {
 public:
   aligned_buffer() = default;
 
-  /// Allocates `len` bytes (rounded up to io_alignment), zero-filled.
+  /// Allocates `len` bytes (rounded up to io_alignment), zero-filled. From
+  /// 1 MiB on the memory is an anonymous mapping whose zero pages become
+  /// resident only when touched (a large pool costs what it holds).
   static caf::expected<aligned_buffer> make(size_t len);
 
   std::byte* data() const {
@@ -124,6 +126,13 @@ public:
 
 private:
   struct deleter {
+    deleter() noexcept : mapped(0) {
+      // nop
+    }
+    explicit deleter(size_t bytes) noexcept : mapped(bytes) {
+      // nop
+    }
+    size_t mapped; ///< Bytes of an anonymous mapping; 0: heap memory.
     void operator()(std::byte* p) const;
   };
   std::unique_ptr<std::byte, deleter> ptr_;

@@ -69,6 +69,12 @@ struct scheduler_counters {
   uint64_t rerouted = 0;
 };
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, scheduler_counters& x) {
+  return f(caf::meta::type_name("scheduler_counters"), x.submitted, x.assigned,
+           x.placed, x.completed, x.fetches, x.empty_fetches, x.rerouted);
+}
+
 /// Spawns the scheduler. Fails with caf::sec::invalid_argument (naming the
 /// problem) when the engine and node tables are inconsistent.
 caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,

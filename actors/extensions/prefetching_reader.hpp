@@ -32,6 +32,7 @@
 #include <string>
 
 #include <caf/actor_system.hpp>
+#include <caf/meta/type_name.hpp>
 
 #include "actors/observer_actor.hpp"
 #include "actors/storage_reader_actor.hpp"
@@ -55,6 +56,12 @@ struct prefetch_stats {
   uint64_t evicted = 0;    ///< Prefetched blocks released unused.
   uint64_t kept = 0;       ///< Leases kept now.
 };
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prefetch_stats& x) {
+  return f(caf::meta::type_name("prefetch_stats"), x.prefetched, x.hits,
+           x.misses, x.evicted, x.kept);
+}
 
 /// Spawns the prefetching reader in front of `inner` (which it stops when
 /// it terminates: the prefetching reader owns the node's reader).

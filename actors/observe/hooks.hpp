@@ -6,8 +6,8 @@
 // metrics registry (Prometheus endpoint), a timeline (Chrome trace-event
 // JSON) and the observer hub actor (snapshots, events).
 //
-// This header is self-contained (no library to link), so the actors module
-// can include it without depending on the observe module.
+// This header needs no library (CAF's type_name is header-only), so the
+// actors module can include it without depending on the observe module.
 //
 // Times: emulated nanoseconds since the cluster's start (see
 // actors/emulation.hpp); `at()` converts an actor-clock time point.
@@ -21,6 +21,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <caf/meta/type_name.hpp>
 
 namespace dualpath::actors::observe {
 
@@ -43,6 +45,12 @@ struct span_record {
   int64_t end_ns = 0;
   uint64_t bytes = 0; ///< Nominal bytes moved (0: none or not applicable).
 };
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, span_record& x) {
+  return f(caf::meta::type_name("span_record"), x.node, x.track, x.name,
+           x.request_id, x.layer, x.begin_ns, x.end_ns, x.bytes);
+}
 
 /// What a metric is (Prometheus types).
 enum class metric_kind : uint8_t {

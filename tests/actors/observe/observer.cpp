@@ -7,9 +7,11 @@
 
 #include <caf/all.hpp>
 
+#include "actors/extensions/prefetching_reader.hpp"
 #include "actors/observe/metrics.hpp"
 #include "actors/observe/observer.hpp"
 #include "actors/register.hpp"
+#include "actors/scheduler.hpp"
 
 using namespace dualpath;
 using namespace dualpath::actors;
@@ -176,4 +178,20 @@ TEST_CASE("snapshots and events print every field") {
   auto etext = caf::deep_to_string(e);
   CHECK(etext.find("event_record") != std::string::npos);
   CHECK(etext.find("to pe1") != std::string::npos);
+}
+
+TEST_CASE("reportable state prints every field") {
+  span_record sp{"pe0", "cnic0 rx", "h2d", 7, 3, 100, 250, 4096};
+  auto text = caf::deep_to_string(sp);
+  CHECK(text.find("span_record") != std::string::npos);
+  CHECK(text.find("cnic0 rx") != std::string::npos);
+  CHECK(text.find("4096") != std::string::npos);
+  scheduler_counters sc;
+  sc.submitted = 11;
+  sc.rerouted = 2;
+  auto stext = caf::deep_to_string(sc);
+  CHECK(stext.find("scheduler_counters") != std::string::npos);
+  CHECK(stext.find("11") != std::string::npos);
+  extensions::prefetch_stats ps{4, 3, 2, 1, 5};
+  CHECK(caf::deep_to_string(ps) == "prefetch_stats(4, 3, 2, 1, 5)");
 }

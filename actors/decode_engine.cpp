@@ -579,6 +579,41 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
     self->quit(std::move(err));
     return {};
   }
+  // A prefill engine was lost (its node died; in a deployment the node agent
+  // passes the notice on): what it had not finished sending never will be,
+  // and the scheduler re-queues those requests under new ids, so their
+  // admissions and slots are dropped here.
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    auto& st = self->state;
+    auto from_lost = [&dm](const assignment& a) {
+      return a.prefill_actor && a.prefill_actor.address() == dm.source;
+    };
+    auto lost = [] {
+      return caf::make_error(caf::sec::request_receiver_down,
+                             "prefill engine lost");
+    };
+    for (auto i = st.admissions.begin(); i != st.admissions.end();) {
+      if (from_lost(i->first)) {
+        i->second.deliver(lost());
+        i = st.admissions.erase(i);
+      } else {
+        ++i;
+      }
+    }
+    std::vector<uint64_t> dropped;
+    for (auto& [id, r] : st.requests)
+      if (!r.finishing && from_lost(r.a))
+        dropped.push_back(id);
+    for (auto id : dropped) {
+      auto i = st.requests.find(id);
+      for (auto& rp : i->second.load_waiters)
+        rp.deliver(lost());
+      if (i->second.has_slot)
+        st.slots.free(i->second.slot_offset);
+      st.requests.erase(i);
+    }
+    try_admit(self);
+  });
   auto& c = self->state.cfg;
   if (c.id.rank == 0 && !c.group_members.empty() && c.scheduler)
     schedule_report(self);

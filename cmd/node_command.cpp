@@ -50,15 +50,14 @@ public:
       return inv.fail(name(), message(cluster.error()), exit_usage);
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
-    auto err =
-        actors::node::run_node(inv.cfg, *cluster, name_, stop_requested, inv.err);
+    auto err = actors::node::run_node(inv.cfg, *cluster, name_, stop_requested,
+                                      inv.err);
     if (!err)
       return exit_ok;
-    auto usage = err.category() == caf::atom("dp_config")
-                 || (err.category() == caf::atom("system")
-                     && err.code()
-                            == static_cast<uint8_t>(
-                                caf::sec::invalid_argument));
+    auto usage =
+        err.category() == caf::atom("dp_config")
+        || (err.category() == caf::atom("system")
+            && err.code() == static_cast<uint8_t>(caf::sec::invalid_argument));
     return inv.fail(name(), message(err), usage ? exit_usage : exit_failure);
   }
 

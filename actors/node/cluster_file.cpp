@@ -45,8 +45,7 @@ caf::error get_string(const toml::table& tbl, const std::string& key,
   auto n = tbl.get(key);
   if (n == nullptr) {
     if (required)
-      return fail(config_errc::unknown_key, path,
-                  "missing key " + where + key);
+      return fail(config_errc::unknown_key, path, "missing key " + where + key);
     return {};
   }
   auto s = n->as_string();
@@ -76,7 +75,8 @@ caf::error get_port(const toml::table& tbl, const std::string& key,
 }
 
 // Only the keys in `known` may appear in `tbl`.
-caf::error check_keys(const toml::table& tbl, const std::set<std::string>& known,
+caf::error check_keys(const toml::table& tbl,
+                      const std::set<std::string>& known,
                       const std::string& where, const std::string& path) {
   for (auto& [k, v] : tbl) {
     auto name = std::string{k.str()};
@@ -85,8 +85,8 @@ caf::error check_keys(const toml::table& tbl, const std::set<std::string>& known
       for (auto& x : known)
         allowed += (allowed.empty() ? "" : ", ") + x;
       return fail(config_errc::unknown_key, path,
-                  "unknown key " + where + name + line_of(v) + " (allowed: "
-                      + allowed + ")");
+                  "unknown key " + where + name + line_of(v)
+                      + " (allowed: " + allowed + ")");
     }
   }
   return {};
@@ -95,11 +95,11 @@ caf::error check_keys(const toml::table& tbl, const std::set<std::string>& known
 caf::error parse_node(const toml::table& tbl, size_t index,
                       const std::string& path, node_entry& out) {
   auto where = "node[" + std::to_string(index) + "].";
-  if (auto err = check_keys(tbl,
-                            {"name", "role", "host", "port", "bulk_port",
-                             "gpus", "nics", "rdma_device", "gid_index",
-                             "storage"},
-                            where, path))
+  if (auto err =
+          check_keys(tbl,
+                     {"name", "role", "host", "port", "bulk_port", "gpus",
+                      "nics", "rdma_device", "gid_index", "storage"},
+                     where, path))
     return err;
   if (auto err = get_string(tbl, "name", where, path, out.name, true))
     return err;
@@ -141,8 +141,8 @@ caf::error parse_node(const toml::table& tbl, size_t index,
       auto i = x.as_integer();
       if (i == nullptr || i->get() < 0)
         return fail(config_errc::wrong_type, path,
-                    "key " + where
-                        + "gpus must hold non-negative integers" + line_of(x));
+                    "key " + where + "gpus must hold non-negative integers"
+                        + line_of(x));
       out.gpus.push_back(static_cast<uint32_t>(i->get()));
     }
   }
@@ -166,8 +166,8 @@ caf::error parse_node(const toml::table& tbl, size_t index,
                       + std::to_string(out.gpus.size())
                       + " (one compute NIC per GPU)");
   }
-  if (auto err = get_string(tbl, "rdma_device", where, path, out.rdma_device,
-                            false))
+  if (auto err =
+          get_string(tbl, "rdma_device", where, path, out.rdma_device, false))
     return err;
   if (auto n = tbl.get("gid_index")) {
     auto i = n->as_integer();
@@ -245,16 +245,15 @@ caf::expected<cluster_file> parse_cluster(const std::string& text,
   auto ct = root["cluster"].as_table();
   if (ct == nullptr)
     return fail(config_errc::unknown_key, path, "missing table [cluster]");
-  if (auto err = check_keys(*ct,
-                            {"scheduler", "storage", "bulk_secret",
-                             "bulk_secret_file"},
-                            "cluster.", path))
+  if (auto err = check_keys(
+          *ct, {"scheduler", "storage", "bulk_secret", "bulk_secret_file"},
+          "cluster.", path))
     return err;
-  if (auto err = get_string(*ct, "scheduler", "cluster.", path, out.scheduler,
-                            true))
+  if (auto err =
+          get_string(*ct, "scheduler", "cluster.", path, out.scheduler, true))
     return err;
-  if (auto err = get_string(*ct, "storage", "cluster.", path, out.storage,
-                            true))
+  if (auto err =
+          get_string(*ct, "storage", "cluster.", path, out.storage, true))
     return err;
   out.storage = resolve(path, out.storage);
   std::string secret_file;
@@ -291,12 +290,11 @@ caf::expected<cluster_file> parse_cluster(const std::string& text,
       out.tls.mode = link_security::plaintext;
     else
       return fail(config_errc::invalid_choice, path,
-                  "key tls.mode = '" + mode
-                      + "' (allowed: tls, plaintext)");
-    for (auto [key, dst] : {std::pair{"ca", &out.tls.ca},
-                            std::pair{"cert", &out.tls.cert},
-                            std::pair{"key", &out.tls.key},
-                            std::pair{"passphrase", &out.tls.passphrase}}) {
+                  "key tls.mode = '" + mode + "' (allowed: tls, plaintext)");
+    for (auto [key, dst] :
+         {std::pair{"ca", &out.tls.ca}, std::pair{"cert", &out.tls.cert},
+          std::pair{"key", &out.tls.key},
+          std::pair{"passphrase", &out.tls.passphrase}}) {
       if (auto err = get_string(*tt, key, "tls.", path, *dst, false))
         return err;
     }
@@ -304,9 +302,9 @@ caf::expected<cluster_file> parse_cluster(const std::string& text,
     return fail(config_errc::wrong_type, path, "key tls must be a table");
   }
   if (out.tls.mode == link_security::tls) {
-    for (auto [key, val] : {std::pair{"ca", &out.tls.ca},
-                            std::pair{"cert", &out.tls.cert},
-                            std::pair{"key", &out.tls.key}}) {
+    for (auto [key, val] :
+         {std::pair{"ca", &out.tls.ca}, std::pair{"cert", &out.tls.cert},
+          std::pair{"key", &out.tls.key}}) {
       if (val->empty())
         return fail(config_errc::unknown_key, path,
                     std::string{"missing key tls."} + key
@@ -345,9 +343,8 @@ caf::expected<cluster_file> parse_cluster(const std::string& text,
                     + "' names no [[node]]");
   if (sched->role != node_role::scheduler)
     return fail(config_errc::out_of_range, path,
-                "key cluster.scheduler: node '" + out.scheduler
-                    + "' has role " + to_string(sched->role)
-                    + ", not scheduler");
+                "key cluster.scheduler: node '" + out.scheduler + "' has role "
+                    + to_string(sched->role) + ", not scheduler");
   if (out.names_of(node_role::scheduler).size() != 1)
     return fail(config_errc::out_of_range, path,
                 "exactly one node may have role = \"scheduler\"");

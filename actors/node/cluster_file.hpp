@@ -57,21 +57,21 @@ std::string to_string(link_security x);
 struct node_entry {
   std::string name;
   node_role role = node_role::prefill;
-  std::string host;       ///< Address other nodes reach this node at.
-  uint16_t port = 0;      ///< CAF middleman port (scheduler node only).
-  uint16_t bulk_port = 0; ///< Bulk transport listen port (engine nodes).
-  std::vector<uint32_t> gpus; ///< GPU indices (one engine per GPU).
+  std::string host;              ///< Address other nodes reach this node at.
+  uint16_t port = 0;             ///< CAF middleman port (scheduler node only).
+  uint16_t bulk_port = 0;        ///< Bulk transport listen port (engine nodes).
+  std::vector<uint32_t> gpus;    ///< GPU indices (one engine per GPU).
   std::vector<std::string> nics; ///< Compute NIC per GPU (RDMA device names).
-  std::string rdma_device; ///< Overrides transport.verbs_device.
-  int gid_index = -1;      ///< Overrides transport.verbs_gid_index (>= 0).
-  std::string storage;     ///< Overrides [cluster] storage for this node.
+  std::string rdma_device;       ///< Overrides transport.verbs_device.
+  int gid_index = -1;  ///< Overrides transport.verbs_gid_index (>= 0).
+  std::string storage; ///< Overrides [cluster] storage for this node.
 };
 
 struct tls_settings {
   link_security mode = link_security::tls;
-  std::string ca;   ///< CA certificate (PEM) that signed every node.
-  std::string cert; ///< This deployment's node certificate (PEM).
-  std::string key;  ///< Its private key (PEM).
+  std::string ca;         ///< CA certificate (PEM) that signed every node.
+  std::string cert;       ///< This deployment's node certificate (PEM).
+  std::string key;        ///< Its private key (PEM).
   std::string passphrase; ///< Of the key, if encrypted.
 };
 

@@ -38,8 +38,8 @@ constexpr auto connect_patience = seconds(30);
 
 // The one variant a deployment runs: run.modes if it names one, else
 // dualpath (a deployment's engines are built for one mode).
-caf::expected<cluster::run_variant> deployment_variant(
-    const config::settings& cfg) {
+caf::expected<cluster::run_variant>
+deployment_variant(const config::settings& cfg) {
   auto modes = cluster::parse_variants(cfg.string("run.modes"));
   if (!modes)
     return modes.error();
@@ -51,8 +51,8 @@ caf::expected<cluster::run_variant> deployment_variant(
   return modes->front();
 }
 
-caf::expected<cluster::cluster_spec> deployment_spec(
-    const config::settings& cfg, const cluster_file& cf) {
+caf::expected<cluster::cluster_spec>
+deployment_spec(const config::settings& cfg, const cluster_file& cf) {
   auto variant = deployment_variant(cfg);
   if (!variant)
     return variant.error();
@@ -112,9 +112,9 @@ open_store(const config::settings& cfg, const cluster::cluster_spec& spec,
 
 // The cluster's emulated time origin on this process's actor clock.
 emulated_time::time_point local_origin(int64_t origin_unix_ns) {
-  auto sys_now = duration_cast<nanoseconds>(
-                     system_clock::now().time_since_epoch())
-                     .count();
+  auto sys_now =
+      duration_cast<nanoseconds>(system_clock::now().time_since_epoch())
+          .count();
   return emulated_time::clock_type::now()
          - duration_cast<emulated_time::duration>(
              nanoseconds(sys_now - origin_unix_ns));
@@ -151,16 +151,19 @@ void wait_for(const std::atomic<bool>& stop, const std::atomic<bool>& lost) {
 // -- the node agent -----------------------------------------------------------
 
 using tick_atom = caf::atom_constant<caf::atom("nodetick")>;
+// Asks a node agent for its storage NIC's counters: (nominal bytes moved so
+// far, rate in bytes/s). Builtin types only, so nothing to register.
+using snic_atom = caf::atom_constant<caf::atom("snicusage")>;
 
 struct agent_state {
   static inline const char* name = "dualpath.node_agent";
   std::string self_name;
   node_supervisor_actor supervisor;
   std::shared_ptr<transport::bulk::backend> bulk;
-  std::vector<caf::actor> prefill_engines;
+  std::vector<caf::actor> engines;
   std::map<std::string, node_info> peers; // by name, as last seen
   std::atomic<bool>* lost = nullptr;
-  std::ostream* log = nullptr;
+  link_ptr snic;
 };
 
 using agent_ptr = caf::stateful_actor<agent_state>*;
@@ -172,11 +175,13 @@ void reconcile(agent_ptr self, const cluster_view& v) {
     if (n.name != s.self_name)
       now[n.name] = &n;
   // Lost (or restarted) peers: drop their bulk connections and tell the
-  // local prefill engines that their actors are gone.
+  // local engines that their actors are gone (a request to an actor of a
+  // node lost behind the scheduler node is never answered otherwise).
   for (auto i = s.peers.begin(); i != s.peers.end();) {
     auto j = now.find(i->first);
-    bool restarted = j != now.end()
-                     && j->second->endpoint.details != i->second.endpoint.details;
+    bool restarted =
+        j != now.end()
+        && j->second->endpoint.details != i->second.endpoint.details;
     if (j != now.end() && !restarted) {
       ++i;
       continue;
@@ -187,10 +192,10 @@ void reconcile(agent_ptr self, const cluster_view& v) {
       s.bulk->drop_peer(i->first);
     for (auto& a : i->second.actors)
       if (a)
-        for (auto& pe : s.prefill_engines)
-          caf::anon_send(pe, caf::down_msg{
-                                 a.address(),
-                                 caf::exit_reason::remote_link_unreachable});
+        for (auto& e : s.engines)
+          caf::anon_send(
+              e, caf::down_msg{a.address(),
+                               caf::exit_reason::remote_link_unreachable});
     i = s.peers.erase(i);
   }
   // New peers: learn how to reach their bulk endpoints.
@@ -215,8 +220,9 @@ caf::actor spawn_agent(caf::actor_system& sys, agent_state init,
     self->state.self_name = init.self_name;
     self->state.supervisor = init.supervisor;
     self->state.bulk = init.bulk;
-    self->state.prefill_engines = init.prefill_engines;
+    self->state.engines = init.engines;
     self->state.lost = init.lost;
+    self->state.snic = init.snic;
     reconcile(self, first);
     self->monitor(self->state.supervisor);
     self->set_down_handler([self](const caf::down_msg& dm) {
@@ -230,6 +236,11 @@ caf::actor spawn_agent(caf::actor_system& sys, agent_state init,
     });
     self->delayed_send(self, view_period, tick_atom::value);
     return {
+        [self](snic_atom) {
+          auto& l = self->state.snic;
+          return caf::make_message(l ? l->bytes() : uint64_t{0},
+                                   l ? l->rate() : uint64_t{0});
+        },
         [self](tick_atom) {
           self->request(self->state.supervisor, seconds(5), view_atom_v)
               .then(
@@ -250,11 +261,11 @@ void stop_actor(caf::scoped_actor& self, const caf::actor& hdl) {
     return;
   self->monitor(hdl);
   self->send_exit(hdl, caf::exit_reason::user_shutdown);
-  self->receive([](const caf::down_msg&) {},
-                caf::after(seconds(5)) >> [] {});
+  self->receive([](const caf::down_msg&) {}, caf::after(seconds(5)) >> [] {});
 }
 
-// -- the scheduler node --------------------------------------------------------
+// -- the scheduler node
+// --------------------------------------------------------
 
 caf::error run_scheduler_node(const config::settings& cfg,
                               const cluster_file& cf, const node_entry& me,
@@ -269,9 +280,9 @@ caf::error run_scheduler_node(const config::settings& cfg,
   node_system_config sys_cfg{cfg, cf, log};
   caf::actor_system sys{sys_cfg};
   auto sched = spawn_scheduler(
-      sys, cluster::scheduler_config_for(*spec, cf.names_of(node_role::prefill),
-                                         cf.names_of(node_role::decode),
-                                         *store));
+      sys,
+      cluster::scheduler_config_for(*spec, cf.names_of(node_role::prefill),
+                                    cf.names_of(node_role::decode), *store));
   if (!sched)
     return sched.error();
   auto gate = spawn_submit_gate(sys, *sched, *store, spec->block_tokens);
@@ -283,19 +294,18 @@ caf::error run_scheduler_node(const config::settings& cfg,
   self_info.settings_digest = settings_digest(cfg);
   auto sup = spawn_supervisor(sys, self_info, unix_now_ns());
   auto port = publish_actor(sys, sys_cfg.security(),
-                            caf::actor_cast<caf::actor>(sup), me.host,
-                            me.port);
+                            caf::actor_cast<caf::actor>(sup), me.host, me.port);
   caf::error result;
   if (!port) {
-    result = node_error("cannot publish the supervisor on " + me.host + ":"
-                        + std::to_string(me.port) + ": "
-                        + sys.render(port.error()));
+    result =
+        node_error("cannot publish the supervisor on " + me.host + ":"
+                   + std::to_string(me.port) + ": " + sys.render(port.error()));
   } else {
     log << "dualpath node " << me.name << ": scheduler for "
         << spec->prefill_nodes << "P" << spec->decode_nodes << "D x "
-        << spec->gpus_per_node << " GPUs, mode "
-        << to_string(spec->mode) << ", listening on " << me.host << ":"
-        << *port << " (" << to_string(sys_cfg.security()) << ")" << std::endl;
+        << spec->gpus_per_node << " GPUs, mode " << to_string(spec->mode)
+        << ", listening on " << me.host << ":" << *port << " ("
+        << to_string(sys_cfg.security()) << ")" << std::endl;
     std::atomic<bool> never{false};
     wait_for(stop, never);
     log << "dualpath node " << me.name << ": stopping" << std::endl;
@@ -373,9 +383,8 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
     auto names = cf.names_of(me.role);
     auto group = static_cast<uint32_t>(
         std::find(names.begin(), names.end(), me.name) - names.begin());
-    auto engines =
-        cluster::spawn_node_engines(sys, *spec, built->node, group, time,
-                                    scheduler);
+    auto engines = cluster::spawn_node_engines(sys, *spec, built->node, group,
+                                               time, scheduler);
     caf::scoped_actor self{sys};
     caf::actor agent;
     if (!engines) {
@@ -398,6 +407,18 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
       }
       info.actor_names.push_back("reader");
       info.actors.push_back(caf::actor_cast<caf::actor>(built->node->reader));
+      // The agent starts before the join (it is part of the node's entry);
+      // it learns the joined view with its first poll.
+      agent_state init;
+      init.self_name = me.name;
+      init.supervisor = sup;
+      init.bulk = bulk;
+      init.engines = *engines;
+      init.lost = &lost;
+      init.snic = built->node->snic;
+      agent = spawn_agent(sys, init, *view);
+      info.actor_names.push_back("agent");
+      info.actors.push_back(agent);
       info.settings_digest = settings_digest(cfg);
       std::string address(info.endpoint.address.begin(),
                           info.endpoint.address.end());
@@ -409,18 +430,11 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
         result = node_error("the scheduler node refused " + me.name + ": "
                             + sys.render(joined.error()));
       } else {
-        agent_state init;
-        init.self_name = me.name;
-        init.supervisor = sup;
-        init.bulk = bulk;
-        if (role == engine_role::prefill)
-          init.prefill_engines = *engines;
-        init.lost = &lost;
-        agent = spawn_agent(sys, init, *joined);
+        caf::anon_send(agent, tick_atom::value);
         log << "dualpath node " << me.name << ": " << engines->size() << " "
             << to_string(role) << " engines joined " << sn.name << " ("
-            << to_string(sys_cfg.security()) << "); bulk transport "
-            << chosen << " on " << address << std::endl;
+            << to_string(sys_cfg.security()) << "); bulk transport " << chosen
+            << " on " << address << std::endl;
         wait_for(stop, lost);
         if (lost.load())
           result = node_error("lost the scheduler node " + sn.name);
@@ -497,8 +511,7 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
   auto pop = storage::populate(**store, histories);
   if (!pop)
     return pop.error();
-  result.populate_s =
-      duration<double>(steady_clock::now() - pop_start).count();
+  result.populate_s = duration<double>(steady_clock::now() - pop_start).count();
   result.populated_blocks = pop->written + pop->present;
   // Join the deployment as a client.
   node_system_config sys_cfg{cfg, cf, log};
@@ -539,6 +552,32 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
                      "command: give `dualpath run --cluster` the same "
                      "--config and --set options as the nodes");
   auto gate = caf::actor_cast<scheduler_actor>(sched_info->actors[1]);
+  // Storage-NIC counters of every engine node, before and after the replay.
+  auto snics = [&](const cluster_view& current) {
+    std::vector<cluster::snic_usage> out;
+    caf::scoped_actor self{sys};
+    for (auto& n : current.nodes) {
+      auto entry = cf.find(n.name);
+      if (entry == nullptr || entry->role == node_role::scheduler)
+        continue;
+      cluster::snic_usage u;
+      u.node = n.name;
+      u.role = entry->role == node_role::prefill ? engine_role::prefill
+                                                 : engine_role::decode;
+      for (size_t i = 0; i < n.actors.size() && i < n.actor_names.size(); ++i)
+        if (n.actor_names[i] == "agent")
+          self->request(n.actors[i], seconds(5), snic_atom::value)
+              .receive(
+                  [&](uint64_t bytes, uint64_t rate) {
+                    u.bytes = bytes;
+                    u.rate_bytes_per_s = rate;
+                  },
+                  [](caf::error&) {});
+      out.push_back(u);
+    }
+    return out;
+  };
+  auto snic_before = snics(view);
   cluster::replay_options ro;
   ro.aps = opts.aps;
   ro.seed = static_cast<uint64_t>(cfg.integer("workload.seed"));
@@ -557,12 +596,20 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
   auto outcome = cluster::replay(sys, gate, *trace, ro, id_base);
   if (!outcome)
     return outcome.error();
-  auto report = cluster::summarize(variant->name, *outcome, {}, cluster::slo{});
+  // A node lost during the run reports nothing afterwards (0 bytes).
+  auto later = ask_view(sys, sup);
+  auto snic_after = snics(later ? *later : view);
+  for (auto& a : snic_after)
+    for (auto& b : snic_before)
+      if (a.node == b.node)
+        a.bytes -= std::min(a.bytes, b.bytes);
+  auto report =
+      cluster::summarize(variant->name, *outcome, snic_after, cluster::slo{});
   for (auto& rec : outcome->records)
     if (rec.result.verify_failures > 0)
-      result.failures.push_back(cluster::verify_failure{
-          variant->name, rec.result.id, rec.agent, rec.turn,
-          rec.result.verify_failures});
+      result.failures.push_back(
+          cluster::verify_failure{variant->name, rec.result.id, rec.agent,
+                                  rec.turn, rec.result.verify_failures});
   result.modes.push_back(std::move(report));
   result.wall_s = duration<double>(steady_clock::now() - wall_start).count();
   return result;

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
-#include <vector>
 #include <ostream>
 #include <thread>
+#include <vector>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>

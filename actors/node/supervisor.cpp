@@ -32,8 +32,8 @@ void drop_node(supervisor_ptr self, const std::string& name,
       continue;
     nodes.erase(nodes.begin() + static_cast<std::ptrdiff_t>(i));
     ++self->state.view.epoch;
-    aout(self) << "dualpath node: node " << name << " left the cluster ("
-               << why << ")" << std::endl;
+    aout(self) << "dualpath node: node " << name << " left the cluster (" << why
+               << ")" << std::endl;
     return;
   }
 }
@@ -72,8 +72,9 @@ node_supervisor_actor spawn_supervisor(caf::actor_system& sys, node_info self,
                 "node " + info.name + " runs with settings (digest "
                     + info.settings_digest
                     + ") that differ from the scheduler node's (digest "
-                    + s.digest + "): start every node with the same --config "
-                                 "and --set options");
+                    + s.digest
+                    + "): start every node with the same --config "
+                      "and --set options");
           drop_node(me, info.name, "joined again");
           for (auto& a : info.actors)
             if (a)
@@ -129,12 +130,11 @@ scheduler_actor
 spawn_submit_gate(caf::actor_system& sys, scheduler_actor scheduler,
                   std::shared_ptr<transport::storage::block_store> store,
                   uint32_t block_tokens) {
-  return sys.spawn([scheduler, store, block_tokens](
-                       scheduler_actor::pointer self)
+  return sys.spawn([scheduler, store,
+                    block_tokens](scheduler_actor::pointer self)
                        -> scheduler_actor::behavior_type {
     return {
-        [=](submit_atom, request_spec& spec)
-            -> caf::delegated<request_result> {
+        [=](submit_atom, request_spec& spec) -> caf::delegated<request_result> {
           adopt_blocks(*store, spec.tokens, block_tokens);
           return self->delegate(scheduler, submit_atom_v, std::move(spec));
         },

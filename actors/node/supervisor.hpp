@@ -36,9 +36,8 @@ namespace dualpath::actors::node {
 
 /// Spawns the supervisor. `self` is the scheduler node's own entry (always in
 /// the view); joins whose settings digest differs from `self`'s are refused.
-node_supervisor_actor
-spawn_supervisor(caf::actor_system& sys, node_info self,
-                 int64_t origin_unix_ns);
+node_supervisor_actor spawn_supervisor(caf::actor_system& sys, node_info self,
+                                       int64_t origin_unix_ns);
 
 /// Spawns the submit gate in front of `scheduler`.
 scheduler_actor

@@ -1,9 +1,11 @@
 // ctest-label: distribution
 // The cluster file: a complete file parses with relative paths resolved;
-// every mistake is refused with a message naming the key (and the node).
+// every mistake is refused with a message naming the key (and the node); the
+// settings digest that nodes compare covers what shapes the actors.
 #include <doctest/doctest.h>
 
 #include "actors/node/cluster_file.hpp"
+#include "actors/node/node_system.hpp"
 #include "config/errors.hpp"
 #include "tests/support/support.hpp"
 
@@ -122,4 +124,23 @@ TEST_CASE("TLS files must exist; a missing file is named") {
   CHECK(res->tls.mode == link_security::tls);
   CHECK(res->tls.cert == dir.file("node.pem"));
   CHECK_FALSE(load_cluster(dir.file("absent.toml")));
+}
+
+TEST_CASE("the settings digest covers what shapes the actors, not the "
+          "workload") {
+  using dualpath::config::load;
+  using dualpath::config::load_request;
+  auto digest = [](std::vector<dualpath::config::override_entry> ovs) {
+    load_request req;
+    req.overrides = std::move(ovs);
+    auto cfg = load(req);
+    REQUIRE(cfg);
+    return settings_digest(*cfg);
+  };
+  auto base_digest = digest({});
+  CHECK(base_digest.size() == 16);
+  CHECK(digest({"workload.agents=7", "run.turns=5"}) == base_digest);
+  CHECK(digest({"run.time_scale=3"}) != base_digest);
+  CHECK(digest({"hardware.gpus_per_node=2"}) != base_digest);
+  CHECK(digest({"model.profile=ds-27b"}) != base_digest);
 }

@@ -207,44 +207,35 @@ inline std::string cluster_toml(const deployment_ports& p,
 
 /// Settings shared by every process of a test deployment and the embedded
 /// run it is compared with (1 prefill node, 2 decode nodes, 2 GPUs each).
-inline std::vector<std::string> deployment_settings(uint32_t agents,
-                                                    uint32_t turns,
-                                                    double time_scale) {
-  return {"--set",
-          "hardware.gpus_per_node=2",
-          "--set",
-          "run.byte_scale=656",
-          "--set",
-          "run.time_scale=" + std::to_string(time_scale),
-          "--set",
-          "run.modes=dualpath",
-          "--set",
-          "run.prefill_nodes=1",
-          "--set",
-          "run.decode_nodes=2",
-          "--set",
-          "workload.agents=" + std::to_string(agents),
-          "--set",
-          "run.turns=" + std::to_string(turns),
-          "--set",
-          "transport.backend=tcp"};
+inline std::vector<std::string>
+deployment_settings(uint32_t agents, uint32_t turns, double time_scale) {
+  return {"--set", "hardware.gpus_per_node=2",
+          "--set", "run.byte_scale=656",
+          "--set", "run.time_scale=" + std::to_string(time_scale),
+          "--set", "run.modes=dualpath",
+          "--set", "run.prefill_nodes=1",
+          "--set", "run.decode_nodes=2",
+          "--set", "workload.agents=" + std::to_string(agents),
+          "--set", "run.turns=" + std::to_string(turns),
+          "--set", "transport.backend=tcp"};
 }
 
 /// The four node processes of a test deployment.
 class deployment {
 public:
   deployment(const temp_dir& dir, const std::string& cluster_file,
-             const std::vector<std::string>& settings) {
-    for (auto name : {"sched", "pe0", "de0", "de1"}) {
-      std::vector<std::string> argv{dualpath_binary(), "node", "--cluster",
-                                    cluster_file, "--name", name};
-      argv.insert(argv.end(), settings.begin(), settings.end());
-      nodes_.emplace_back(std::make_unique<background_process>(
-          argv, dir.file(std::string{name} + ".out"),
-          dir.file(std::string{name} + ".err")));
-      if (std::string{name} == "sched")
+             const std::vector<std::string>& settings)
+      : dir_(dir), cluster_file_(cluster_file), settings_(settings) {
+    for (size_t i = 0; i < 4; ++i) {
+      nodes_.emplace_back(start(i, ""));
+      if (i == 0)
         nodes_.back()->wait_err("listening on", std::chrono::seconds(20));
     }
+  }
+
+  /// Starts node `i` again (after it died); its output goes to new files.
+  void restart(size_t i) {
+    nodes_[i] = start(i, ".restarted");
   }
 
   ~deployment() {
@@ -270,11 +261,27 @@ public:
     std::string out;
     const char* names[] = {"sched", "pe0", "de0", "de1"};
     for (size_t i = 0; i < nodes_.size(); ++i)
-      out += std::string{"--- "} + names[i] + " ---\n" + nodes_[i]->err();
+      out += std::string{"--- "} + names[i] + " ---\n" + nodes_[i]->err()
+             + nodes_[i]->out();
     return out;
   }
 
 private:
+  std::unique_ptr<background_process> start(size_t i,
+                                            const std::string& suffix) {
+    const char* names[] = {"sched", "pe0", "de0", "de1"};
+    std::string name = names[i];
+    std::vector<std::string> argv{dualpath_binary(), "node",   "--cluster",
+                                  cluster_file_,     "--name", name};
+    argv.insert(argv.end(), settings_.begin(), settings_.end());
+    return std::make_unique<background_process>(
+        argv, dir_.file(name + suffix + ".out"),
+        dir_.file(name + suffix + ".err"));
+  }
+
+  const temp_dir& dir_;
+  std::string cluster_file_;
+  std::vector<std::string> settings_;
   std::vector<std::unique_ptr<background_process>> nodes_;
 };
 

@@ -28,8 +28,7 @@ int connect_to(uint16_t port) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))
-          == 0);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
   timeval tv{3, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   return fd;
@@ -150,8 +149,8 @@ TEST_CASE("hostile peers on the CAF and bulk ports are refused; the nodes "
   for (size_t i = 0; i < 4; ++i)
     CHECK(d.node(i).running());
   auto res = run_process([&] {
-    std::vector<std::string> argv{dualpath_binary(), "run", "--quiet",
-                                  "--json", "--cluster", cluster};
+    std::vector<std::string> argv{dualpath_binary(), "run",       "--quiet",
+                                  "--json",          "--cluster", cluster};
     argv.insert(argv.end(), settings.begin(), settings.end());
     return argv;
   }());

@@ -1,0 +1,112 @@
+// ctest-label: distribution
+// Node loss in a deployment of real processes on 127.0.0.1 (scheduler node,
+// one prefill node, two decode nodes): a decode process or the prefill
+// process killed with SIGKILL mid-run; every agent still completes, every
+// block verifies, the report counts the rerouted requests and none failed
+// (a result is counted once); a node started again under its name joins again
+// and is used again.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/actors/node/deployment.hpp"
+
+using namespace dualpath::test;
+using nlohmann::json;
+
+namespace {
+
+json parse_report(const std::string& text) {
+  auto doc = json::parse(text, nullptr, false);
+  REQUIRE_MESSAGE(!doc.is_discarded(), text);
+  return doc;
+}
+
+std::vector<std::string> with(std::vector<std::string> a,
+                              const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+} // namespace
+
+TEST_CASE("kill -9 of a decode node mid-run: every agent completes once") {
+  temp_dir dir;
+  deployment_ports ports;
+  auto cluster = dir.file("cluster.toml");
+  write_file(cluster, cluster_toml(ports, dir.file("store"), false));
+  // Enough work that both decode nodes hold requests when one dies.
+  auto settings = deployment_settings(16, 3, 10);
+  deployment d{dir, cluster, settings};
+  REQUIRE_MESSAGE(d.wait_joined(std::chrono::seconds(30)), d.logs());
+  // Plaintext only when configured, and never silently.
+  CHECK(d.node(0).err().find("WARNING: tls.mode = \"plaintext\"")
+        != std::string::npos);
+  background_process run{
+      with({dualpath_binary(), "run", "--json", "--cluster", cluster},
+           settings),
+      dir.file("run.out"), dir.file("run.err")};
+  // Kill de1 once the first requests completed (progress every 16).
+  REQUIRE_MESSAGE(run.wait_err("requests 16/", std::chrono::seconds(60)),
+                  (run.err() + d.logs()));
+  d.node(3).signal(SIGKILL);
+  CHECK(d.node(3).wait() == 128 + SIGKILL);
+  auto status = run.wait_for(std::chrono::seconds(120));
+  REQUIRE_MESSAGE(status == 0, (run.err() + d.logs()));
+  auto got = parse_report(run.out())["modes"]["dualpath"];
+  CHECK(got["requests"].get<int>() == 48);
+  CHECK(got["failed_requests"] == 0);
+  CHECK(got["verify_failures"] == 0);
+  CHECK(got["reroutes"].get<int>() > 0);
+  MESSAGE("rerouted requests: " << got["reroutes"]);
+  // The scheduler node saw de1 go.
+  CHECK(d.node(0).out().find("node de1 left the cluster") != std::string::npos);
+  // de1 comes back under its name: it joins again and the next job runs on
+  // the whole cluster.
+  d.restart(3);
+  REQUIRE_MESSAGE(d.node(3).wait_err("joined", std::chrono::seconds(30)),
+                  d.logs());
+  auto again = run_process(with(
+      {dualpath_binary(), "run", "--quiet", "--json", "--cluster", cluster},
+      with(settings, {"--set", "workload.agents=4", "--set", "run.turns=1"})));
+  REQUIRE_MESSAGE(again.status == 0, (again.err + d.logs()));
+  auto second = parse_report(again.out)["modes"]["dualpath"];
+  CHECK(second["requests"].get<int>() == 4);
+  CHECK(second["failed_requests"] == 0);
+  CHECK(second["verify_failures"] == 0);
+  auto sched_log = d.node(0).out();
+  auto first = sched_log.find("node de1 joined");
+  REQUIRE(first != std::string::npos);
+  CHECK(sched_log.find("node de1 joined", first + 1) != std::string::npos);
+}
+
+TEST_CASE("kill -9 of the prefill node mid-run: it comes back, every agent "
+          "completes once") {
+  temp_dir dir;
+  deployment_ports ports;
+  auto cluster = dir.file("cluster.toml");
+  write_file(cluster, cluster_toml(ports, dir.file("store"), false));
+  auto settings = deployment_settings(16, 3, 10);
+  deployment d{dir, cluster, settings};
+  REQUIRE_MESSAGE(d.wait_joined(std::chrono::seconds(30)), d.logs());
+  background_process run{
+      with({dualpath_binary(), "run", "--json", "--cluster", cluster},
+           settings),
+      dir.file("run.out"), dir.file("run.err")};
+  REQUIRE_MESSAGE(run.wait_err("requests 16/", std::chrono::seconds(60)),
+                  (run.err() + d.logs()));
+  // The only prefill node dies with requests in flight; decode engines drop
+  // what it had not finished sending, the scheduler re-queues its requests.
+  d.node(1).signal(SIGKILL);
+  CHECK(d.node(1).wait() == 128 + SIGKILL);
+  d.restart(1);
+  auto status = run.wait_for(std::chrono::seconds(120));
+  REQUIRE_MESSAGE(status == 0, (run.err() + d.logs()));
+  auto got = parse_report(run.out())["modes"]["dualpath"];
+  CHECK(got["requests"].get<int>() == 48);
+  CHECK(got["failed_requests"] == 0);
+  CHECK(got["verify_failures"] == 0);
+  CHECK(got["reroutes"].get<int>() > 0);
+  MESSAGE("rerouted requests: " << got["reroutes"]);
+  CHECK(d.node(0).out().find("node pe0 left the cluster") != std::string::npos);
+}

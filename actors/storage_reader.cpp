@@ -147,6 +147,13 @@ uint64_t payload_bytes(const reader_state& st) {
   return st.cfg.store->geometry().payload_bytes();
 }
 
+// Observation (null hooks: nothing): the pool's leased bytes as a gauge.
+void observe_buffer(const reader_state& st) {
+  if (auto& h = st.cfg.hooks)
+    h->gauge("dualpath_reader_buffer_used_bytes", {{"node", st.cfg.node}},
+             static_cast<double>(st.leases.size() * st.cfg.pool->slot_bytes()));
+}
+
 // Observation (null hooks: nothing): the read queue as gauges.
 void observe_queue(const reader_state& st) {
   if (auto& h = st.cfg.hooks) {
@@ -264,8 +271,10 @@ void complete_read(self_ptr self, io_job& job) {
       ++counters->blocks_read;
       counters->bytes_read += bytes;
     }
-    if (auto& h = st.cfg.hooks)
+    if (auto& h = st.cfg.hooks) {
       h->count("dualpath_storage_blocks_read_total", {{"node", st.cfg.node}});
+      observe_buffer(st);
+    }
   }
   if (++p.finished == p.leases.size())
     finish_read(self, job.request);
@@ -329,6 +338,7 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
           return; // released twice or unknown: nothing to free
         st.cfg.pool->release(i->second);
         st.leases.erase(i);
+        observe_buffer(st);
         pump(self);
       },
       [self](persist_atom, persist_request& req) -> caf::result<block_hash> {

@@ -318,6 +318,11 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
     CHECK(total(b, family) > total(a, family));
   }
   CHECK(total(b, "dualpath_ttft_seconds_count") > 0);
+  double buffer_peak = 0;
+  for (auto& x : parsed)
+    buffer_peak =
+        std::max(buffer_peak, total(x, "dualpath_reader_buffer_used_bytes"));
+  CHECK(buffer_peak > 0);
   CHECK(b.count("dualpath_tcp_fallback_total") == 1);
   CHECK(b.count("dualpath_errors_total") + total(b, "dualpath_errors_total")
         >= 1); // present (0 when nothing failed)

@@ -25,6 +25,11 @@ std::vector<family_spec> standard_families() {
        "Full Block bytes of storage reads queued or in flight at a node's "
        "storage reader.",
        {}},
+      {"dualpath_reader_buffer_used_bytes",
+       k::gauge,
+       "Bytes of a node's storage-reader DRAM pool held by leases (real "
+       "bytes: byte-scaled in an emulated run).",
+       {}},
       {"dualpath_snic_bytes_total",
        k::counter,
        "Nominal bytes moved over a node's storage NIC (reads and persists).",

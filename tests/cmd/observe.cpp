@@ -14,6 +14,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -189,6 +191,33 @@ double total(const std::map<std::string, double>& xs,
   return sum;
 }
 
+// Parses `text` with the Prometheus project's own parser (Debian's
+// python3-prometheus-client, installed by setup.sh): the number of metric
+// families, -1 when the parser refused the text, -2 when it is not installed.
+int official_parse(const temp_dir& dir, const std::string& text) {
+  if (std::system("/usr/bin/python3 -c 'import prometheus_client' "
+                  ">/dev/null 2>&1")
+      != 0)
+    return -2;
+  auto file = dir.file("scrape.txt");
+  dualpath::test::write_file(file, text);
+  auto cmd = "/usr/bin/python3 -c 'import sys; from prometheus_client.parser "
+             "import text_string_to_metric_families as parse; "
+             "print(len(list(parse(open(sys.argv[1]).read()))))' "
+             + file + " 2>&1";
+  auto* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr)
+    return -1;
+  char buf[256] = {0};
+  auto n = std::fread(buf, 1, sizeof(buf) - 1, p);
+  buf[n] = 0;
+  if (::pclose(p) != 0) {
+    MESSAGE("prometheus_client refused the scrape: " << buf);
+    return -1;
+  }
+  return std::atoi(buf);
+}
+
 // The status code of the answer to `request` sent on a raw connection.
 int raw_status(uint16_t port, const std::string& request) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -308,6 +337,14 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
     for (auto& [k, v] : parsed[i - 1])
       if (k.find("_total") != std::string::npos && parsed[i].count(k))
         CHECK_MESSAGE(parsed[i].at(k) >= v, k);
+  for (auto* text : {&scrapes.front(), &scrapes.back()}) {
+    auto families = official_parse(dir, *text);
+    if (families == -2)
+      MESSAGE("python3-prometheus-client not installed: official parse "
+              "skipped (setup.sh installs it)");
+    else
+      CHECK(families >= 18);
+  }
   auto& a = parsed.front();
   auto& b = parsed.back();
   for (auto family :

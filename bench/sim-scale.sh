@@ -5,8 +5,8 @@
 # `dualpath run` in simulated time, modeled data plane.
 #
 # Both clusters get the same number of agents per prefill node
-# (SIM_AGENTS_PER_PE, default 8; the paper has 1,000) and replay SIM_TURNS
-# turns per agent (default 4) of the trace-64k workload with DeepSeek-V3.2
+# (SIM_AGENTS_PER_PE, default 32; the paper has 1,000) and replay SIM_TURNS
+# turns per agent (default 2) of the trace-64k workload with DeepSeek-V3.2
 # 660B, mode dualpath. Scheduler cost = CPU seconds spent in the scheduler
 # actor's message handlers (thread CPU clock around each of its jobs, see
 # actors/sim/driver.hpp) per simulated second of the 48P96D run.
@@ -16,8 +16,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$root/build-bench}
-per_pe=${SIM_AGENTS_PER_PE:-8}
-turns=${SIM_TURNS:-4}
+per_pe=${SIM_AGENTS_PER_PE:-32}
+turns=${SIM_TURNS:-2}
 cmake --build "$BUILD_DIR" --target dualpath >&2
 bin=$BUILD_DIR/bin/dualpath
 out=$(mktemp -d "${TMPDIR:-/tmp}/sim-scale-XXXXXX")

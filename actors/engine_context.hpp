@@ -107,6 +107,9 @@ struct engine_config {
   load_mode mode = load_mode::dualpath;
   /// Layers resident in GPU memory at once during layerwise prefill.
   uint32_t layer_window = 2;
+  /// Prefill: jobs started (reads, admission) ahead of the oldest
+  /// unfinished one.
+  uint32_t prefill_lookahead = 2;
   model_shape model;
   emulated_time time;
   uint32_t byte_scale = 1;

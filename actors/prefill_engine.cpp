@@ -24,49 +24,63 @@ namespace {
 using fetch_tick_atom = caf::atom_constant<caf::atom("petick")>;
 constexpr auto fetch_tick_atom_v = fetch_tick_atom::value;
 
-// One assignment on its way to the streamer.
-struct pending_item {
+// The reply to one work batch: its requests become jobs and the reply joins
+// them (bytes moved add up; the last job's layer timings are kept).
+struct batch_reply {
+  caf::typed_response_promise<stream_report> rp;
+  stream_report report;
+  size_t left = 0;
+  bool failed = false;
+};
+
+// One request on its way through the engine (see the header for the phases).
+struct job {
+  uint64_t id = 0; // engine-local, increasing in arrival order
   assignment a;
   read_plan plan;      // after plan_for
   read_plan effective; // after read errors
   std::vector<block_hash> hashes;
+  std::shared_ptr<batch_reply> reply;
   decode_slot slot;
+  bool started = false;
+  bool admit_sent = false;
   bool admitted = false;
   bool pe_read_done = false;
   bool de_read_done = false;
+  bool ready = false;  // reads in, decode engine told
+  bool handed = false; // stream request sent to the streamer
   read_completion pe_read;
   read_completion de_read;
+  emulated_time::time_point started_at{};
+  int64_t read_ns = 0;
+  std::vector<uint64_t> leases; // released once streamed
 };
 
-struct active_batch {
-  uint64_t id = 0;
-  work_batch work;
-  caf::response_promise rp;
-  std::vector<pending_item> items;
-  size_t ready = 0;
-  emulated_time::time_point started{};
-  int64_t read_ns = 0;
-  std::vector<uint64_t> leases; // to release after streaming
-  bool failed = false;
-};
+using job_ptr = std::unique_ptr<job>;
 
 struct prefill_state {
   engine_config cfg;
   std::shared_ptr<pe_staging> staging;
   layer_streamer_actor streamer;
-  std::deque<std::pair<work_batch, caf::response_promise>> queue;
-  std::unique_ptr<active_batch> batch;
-  uint64_t next_batch = 1;
+  // Unfinished jobs in arrival order; the first `lookahead + 1` are started.
+  std::deque<job_ptr> jobs;
+  uint64_t next_job = 1;
   // seq_e / tok_e: requests assigned here and not yet fully sent.
   uint32_t seq = 0;
   uint64_t tok = 0;
-  bool fetching = false;
   static inline const char* name = "prefill_engine";
 };
 
 using self_ptr = caf::stateful_actor<prefill_state>*;
 
-void next(self_ptr self);
+void pump(self_ptr self);
+
+job* find_job(self_ptr self, uint64_t id) {
+  for (auto& j : self->state.jobs)
+    if (j->id == id)
+      return j.get();
+  return nullptr;
+}
 
 void release_leases(self_ptr self, const std::vector<uint64_t>& leases) {
   auto& reader = self->state.cfg.node->reader;
@@ -76,49 +90,103 @@ void release_leases(self_ptr self, const std::vector<uint64_t>& leases) {
     self->send(reader, release_atom_v, id);
 }
 
-void end_batch(self_ptr self) {
+// Removes job `id` (done or failed): frees its leases and its share of
+// seq_e / tok_e, answers its batch when `err` or when it was the last job of
+// the batch, and starts the next jobs.
+void finish(self_ptr self, uint64_t id, caf::error err,
+            stream_report rep = {}) {
   auto& st = self->state;
-  auto& b = *st.batch;
-  release_leases(self, b.leases);
-  for (auto& x : b.work.items) {
-    st.seq -= std::min<uint32_t>(st.seq, 1);
-    st.tok -= std::min<uint64_t>(st.tok, x.request.tokens.size());
-  }
-  st.batch.reset();
-  next(self);
-}
-
-void fail(self_ptr self, caf::error err) {
-  auto& st = self->state;
-  if (!st.batch || st.batch->failed)
+  auto i = std::find_if(st.jobs.begin(), st.jobs.end(),
+                        [id](const job_ptr& j) { return j->id == id; });
+  if (i == st.jobs.end())
     return;
-  st.batch->failed = true;
-  st.batch->rp.deliver(std::move(err));
-  end_batch(self);
+  job_ptr j = std::move(*i);
+  st.jobs.erase(i);
+  // Leases of a job that failed before it was ready are still in pe_read.
+  if (!j->ready)
+    for (auto& l : j->pe_read.leases)
+      j->leases.push_back(l.lease_id);
+  release_leases(self, j->leases);
+  st.seq -= std::min<uint32_t>(st.seq, 1);
+  st.tok -= std::min<uint64_t>(st.tok, j->a.request.tokens.size());
+  auto& r = *j->reply;
+  if (!r.failed) {
+    if (err) {
+      r.failed = true;
+      r.rp.deliver(std::move(err));
+    } else {
+      r.report.bytes_moved += rep.bytes_moved;
+      if (!rep.layers.empty()) {
+        rep.layers.front().read_ns = j->read_ns;
+        r.report.layers = std::move(rep.layers);
+      }
+      r.report.batch_id = rep.batch_id;
+      if (--r.left == 0)
+        r.rp.deliver(std::move(r.report));
+    }
+  }
+  pump(self);
 }
 
-// Both reads of an item are in: decide its effective hits (the first failed
-// or missing block and every later one become misses), tell the decode
-// engine, and stream the batch once every item is ready.
-void item_ready(self_ptr self, size_t index) {
+// Hands ready jobs to the streamer in arrival order (the streamer serves
+// one batch at a time, the rest wait in its queue).
+void hand_over(self_ptr self) {
   auto& st = self->state;
-  auto& b = *st.batch;
   auto& cfg = st.cfg;
-  auto& it = b.items[index];
   const auto bt = cfg.model.block_tokens;
-  uint32_t hit = it.plan.hit_blocks;
+  for (auto& jp : st.jobs) {
+    auto& j = *jp;
+    if (j.handed)
+      continue;
+    if (!j.ready)
+      return; // keep the order
+    j.handed = true;
+    stream_plan plan;
+    plan.batch_id = j.id;
+    plan.layers = cfg.model.layers;
+    plan.window = cfg.layer_window;
+    stream_item s;
+    s.request_id = j.a.request.id;
+    s.tokens = static_cast<uint32_t>(j.a.request.tokens.size());
+    s.hit_blocks = j.effective.hit_blocks;
+    s.pe_side_blocks = j.effective.pe_side_blocks;
+    s.miss_tokens = s.tokens - std::min(s.tokens, s.hit_blocks * bt);
+    s.destination = j.slot.kv_buffer;
+    s.decode_actor = j.a.decode_actor;
+    s.hashes = j.hashes;
+    for (auto& l : j.pe_read.leases)
+      if (l.block_index < s.pe_side_blocks)
+        s.hits.push_back(l);
+    plan.items.push_back(std::move(s));
+    auto id = j.id;
+    self->request(st.streamer, caf::infinite, stream_atom_v, std::move(plan))
+        .then(
+            [self, id](stream_report& rep) {
+              finish(self, id, caf::error{}, std::move(rep));
+            },
+            [self, id](caf::error& err) { finish(self, id, std::move(err)); });
+  }
+}
+
+// Both reads of a job are in and it is admitted: decide its effective hits
+// (the first failed or missing block and every later one become misses) and
+// tell the decode engine.
+void job_ready(self_ptr self, job& j) {
+  auto& cfg = self->state.cfg;
+  const auto bt = cfg.model.block_tokens;
+  uint32_t hit = j.plan.hit_blocks;
   auto first_failed = [&](const read_completion& c) {
     for (auto h : c.failed)
-      for (uint32_t k = 0; k < it.plan.hit_blocks; ++k)
-        if (it.hashes[k] == h)
+      for (uint32_t k = 0; k < j.plan.hit_blocks; ++k)
+        if (j.hashes[k] == h)
           hit = std::min(hit, k);
   };
-  first_failed(it.pe_read);
-  first_failed(it.de_read);
+  first_failed(j.pe_read);
+  first_failed(j.de_read);
   if (cfg.mode != load_mode::oracle) {
     // A PE-side block without a lease counts as failed as well.
-    std::vector<bool> have(it.plan.pe_side_blocks, false);
-    for (auto& l : it.pe_read.leases)
+    std::vector<bool> have(j.plan.pe_side_blocks, false);
+    for (auto& l : j.pe_read.leases)
       if (l.block_index < have.size())
         have[l.block_index] = true;
     for (uint32_t k = 0; k < have.size(); ++k)
@@ -126,181 +194,154 @@ void item_ready(self_ptr self, size_t index) {
         hit = std::min(hit, k);
   }
   uint64_t read_pe = 0;
-  for (auto& l : it.pe_read.leases) {
-    b.leases.push_back(l.lease_id);
+  for (auto& l : j.pe_read.leases) {
+    j.leases.push_back(l.lease_id);
     read_pe += uint64_t{bt} * cfg.model.layers
                * cfg.model.nominal_bytes_per_token_layer;
   }
-  it.effective = read_plan{hit, std::min(it.plan.pe_side_blocks, hit)};
+  j.effective = read_plan{hit, std::min(j.plan.pe_side_blocks, hit)};
   self->send(
-      caf::actor_cast<decode_engine_actor>(it.a.decode_actor), prefilled_atom_v,
-      prefill_summary{it.a.request.id, hit, it.plan.hit_blocks - hit, read_pe});
-  b.read_ns =
-      std::max(b.read_ns, to_ns(emulated_now(self, cfg.time) - b.started));
-  if (++b.ready < b.items.size())
-    return;
-  stream_plan plan;
-  plan.batch_id = b.id;
-  plan.layers = cfg.model.layers;
-  plan.window = cfg.layer_window;
-  for (auto& p : b.items) {
-    stream_item s;
-    s.request_id = p.a.request.id;
-    s.tokens = static_cast<uint32_t>(p.a.request.tokens.size());
-    s.hit_blocks = p.effective.hit_blocks;
-    s.pe_side_blocks = p.effective.pe_side_blocks;
-    s.miss_tokens = s.tokens - std::min(s.tokens, s.hit_blocks * bt);
-    s.destination = p.slot.kv_buffer;
-    s.decode_actor = p.a.decode_actor;
-    s.hashes = p.hashes;
-    for (auto& l : p.pe_read.leases)
-      if (l.block_index < s.pe_side_blocks)
-        s.hits.push_back(l);
-    plan.items.push_back(std::move(s));
-  }
-  auto id = b.id;
-  self->request(st.streamer, caf::infinite, stream_atom_v, std::move(plan))
-      .then(
-          [self, id](stream_report& rep) {
-            auto& st = self->state;
-            if (!st.batch || st.batch->id != id)
-              return;
-            if (!rep.layers.empty())
-              rep.layers.front().read_ns = st.batch->read_ns;
-            st.batch->rp.deliver(std::move(rep));
-            end_batch(self);
-          },
-          [self, id](caf::error& err) {
-            if (self->state.batch && self->state.batch->id == id)
-              fail(self, std::move(err));
-          });
+      caf::actor_cast<decode_engine_actor>(j.a.decode_actor), prefilled_atom_v,
+      prefill_summary{j.a.request.id, hit, j.plan.hit_blocks - hit, read_pe});
+  j.read_ns = to_ns(emulated_now(self, cfg.time) - j.started_at);
+  j.ready = true;
+  hand_over(self);
 }
 
-void check_item(self_ptr self, size_t index) {
-  auto& it = self->state.batch->items[index];
-  if (it.admitted && it.pe_read_done && it.de_read_done)
-    item_ready(self, index);
+void check_job(self_ptr self, job& j) {
+  if (!j.ready && j.admitted && j.pe_read_done && j.de_read_done)
+    job_ready(self, j);
 }
 
 // DE side: the decode engine starts its read at admission, so its leases are
 // asked for only once the request is admitted there (a `load` before the
 // admission would find no request).
-void request_de_read(self_ptr self, size_t index) {
-  auto& st = self->state;
-  auto& it = st.batch->items[index];
-  auto id = st.batch->id;
-  auto guard = [self, id] {
-    return self->state.batch && self->state.batch->id == id;
-  };
-  auto de = caf::actor_cast<decode_engine_actor>(it.a.decode_actor);
-  self->request(de, caf::infinite, load_atom_v, it.a.request.id)
+void request_de_read(self_ptr self, job& j) {
+  auto id = j.id;
+  auto de = caf::actor_cast<decode_engine_actor>(j.a.decode_actor);
+  self->request(de, caf::infinite, load_atom_v, j.a.request.id)
       .then(
-          [self, index, guard](read_completion& c) {
-            if (!guard())
-              return;
-            auto& it = self->state.batch->items[index];
-            it.de_read = std::move(c);
-            it.de_read_done = true;
-            check_item(self, index);
+          [self, id](read_completion& c) {
+            if (auto j = find_job(self, id)) {
+              j->de_read = std::move(c);
+              j->de_read_done = true;
+              check_job(self, *j);
+            }
           },
-          [self, guard](caf::error& err) {
-            if (guard())
-              fail(self, std::move(err));
+          [self, id](caf::error&) {
+            // No DE-side leases: those blocks are recomputed.
+            if (auto j = find_job(self, id)) {
+              j->de_read = read_completion{};
+              j->de_read.request_id = j->a.request.id;
+              j->de_read.failed.assign(j->hashes.begin()
+                                           + j->plan.pe_side_blocks,
+                                       j->hashes.begin() + j->plan.hit_blocks);
+              j->de_read_done = true;
+              check_job(self, *j);
+            }
           });
 }
 
-void start_item(self_ptr self, size_t index) {
-  auto& st = self->state;
-  auto& cfg = st.cfg;
-  auto& b = *st.batch;
-  auto& it = b.items[index];
-  auto id = b.id;
-  auto guard = [self, id] {
-    return self->state.batch && self->state.batch->id == id;
-  };
-  auto de = caf::actor_cast<decode_engine_actor>(it.a.decode_actor);
-  auto admitted = it.a;
-  admitted.plan = it.plan;
-  self->request(de, caf::infinite, admit_atom_v, std::move(admitted))
-      .then(
-          [self, index, guard](decode_slot& slot) {
-            if (!guard())
-              return;
-            auto& it = self->state.batch->items[index];
-            it.slot = std::move(slot);
-            it.admitted = true;
-            if (!it.de_read_done)
-              request_de_read(self, index);
-            check_item(self, index);
-          },
-          [self, guard](caf::error& err) {
-            if (guard())
-              fail(self, std::move(err));
-          });
+// Admissions go out one at a time in arrival order: a job asks its decode
+// engine for a slot only once every earlier job of this engine holds one.
+// Decode slots are therefore never held by a later job while an earlier one
+// waits, which rules out the cyclic wait across engines that concurrent
+// admissions allowed.
+void admit_next(self_ptr self) {
+  for (auto& jp : self->state.jobs) {
+    auto& j = *jp;
+    if (!j.started)
+      return;
+    if (j.admitted)
+      continue;
+    if (j.admit_sent)
+      return; // wait for it
+    j.admit_sent = true;
+    auto id = j.id;
+    auto de = caf::actor_cast<decode_engine_actor>(j.a.decode_actor);
+    auto admitted = j.a;
+    admitted.plan = j.plan;
+    self->request(de, caf::infinite, admit_atom_v, std::move(admitted))
+        .then(
+            [self, id](decode_slot& slot) {
+              auto j = find_job(self, id);
+              if (!j)
+                return;
+              j->slot = std::move(slot);
+              j->admitted = true;
+              if (!j->de_read_done)
+                request_de_read(self, *j);
+              check_job(self, *j);
+              if (find_job(self, id))
+                admit_next(self);
+            },
+            [self, id](caf::error& err) { finish(self, id, std::move(err)); });
+    return;
+  }
+}
+
+// Starts a job: its PE-side read goes to this node's reader now (reads are
+// issued in arrival order, so the reader's FIFO serves earlier jobs first).
+void start_job(self_ptr self, job& j) {
+  auto& cfg = self->state.cfg;
+  j.started = true;
+  j.started_at = emulated_now(self, cfg.time);
   const bool reads = cfg.mode != load_mode::oracle;
-  // PE side.
-  if (reads && it.plan.pe_side_blocks > 0 && cfg.node->reader) {
+  j.de_read_done = !(reads && j.plan.hit_blocks > j.plan.pe_side_blocks);
+  if (reads && j.plan.pe_side_blocks > 0 && cfg.node->reader) {
     read_request rr;
-    rr.request_id = it.a.request.id;
-    rr.blocks.assign(it.hashes.begin(),
-                     it.hashes.begin() + it.plan.pe_side_blocks);
+    rr.request_id = j.a.request.id;
+    rr.blocks.assign(j.hashes.begin(),
+                     j.hashes.begin() + j.plan.pe_side_blocks);
     rr.first_block = 0;
-    rr.tokens = it.plan.pe_side_blocks * cfg.model.block_tokens;
+    rr.tokens = j.plan.pe_side_blocks * cfg.model.block_tokens;
+    auto id = j.id;
     self->request(cfg.node->reader, caf::infinite, read_atom_v, std::move(rr))
         .then(
-            [self, index, guard](read_completion& c) {
-              if (!guard()) {
+            [self, id](read_completion& c) {
+              auto j = find_job(self, id);
+              if (!j) {
                 std::vector<uint64_t> ids;
                 for (auto& l : c.leases)
                   ids.push_back(l.lease_id);
                 release_leases(self, ids);
                 return;
               }
-              auto& it = self->state.batch->items[index];
-              it.pe_read = std::move(c);
-              it.pe_read_done = true;
-              check_item(self, index);
+              j->pe_read = std::move(c);
+              j->pe_read_done = true;
+              check_job(self, *j);
             },
-            [self, guard](caf::error& err) {
-              if (guard())
-                fail(self, std::move(err));
+            [self, id, blocks = rr.blocks](caf::error&) {
+              // The reader failed as a whole: every PE-side block is a miss
+              // (recomputed), as for single failed blocks.
+              if (auto j = find_job(self, id)) {
+                j->pe_read = read_completion{};
+                j->pe_read.request_id = j->a.request.id;
+                j->pe_read.failed = blocks;
+                j->pe_read_done = true;
+                check_job(self, *j);
+              }
             });
   } else {
-    it.pe_read_done = true;
+    j.pe_read_done = true;
   }
-  it.de_read_done = !(reads && it.plan.hit_blocks > it.plan.pe_side_blocks);
-  check_item(self, index);
 }
 
-void next(self_ptr self) {
+// Starts the jobs inside the look-ahead window, then the admissions.
+void pump(self_ptr self) {
   auto& st = self->state;
-  if (st.batch || st.queue.empty())
-    return;
-  auto [work, rp] = std::move(st.queue.front());
-  st.queue.pop_front();
-  auto& cfg = st.cfg;
-  auto b = std::make_unique<active_batch>();
-  b->id = st.next_batch++;
-  b->rp = std::move(rp);
-  b->started = emulated_now(self, cfg.time);
-  for (auto& a : work.items) {
-    pending_item it;
-    it.a = a;
-    it.hashes = prompt_block_hashes(a.request.tokens, cfg.model.block_tokens);
-    uint32_t full =
-        static_cast<uint32_t>(a.request.tokens.size() / cfg.model.block_tokens);
-    it.plan = plan_for(cfg.mode, a.plan, full);
-    b->items.push_back(std::move(it));
+  size_t window = size_t{st.cfg.prefill_lookahead} + 1;
+  size_t n = 0;
+  for (auto& jp : st.jobs) {
+    if (n++ >= window)
+      break;
+    if (!jp->started)
+      start_job(self, *jp);
   }
-  b->work = std::move(work);
-  st.batch = std::move(b);
-  if (st.batch->items.empty()) {
-    st.batch->rp.deliver(stream_report{st.batch->id, {}, 0});
-    end_batch(self);
-    return;
-  }
-  for (size_t i = 0; i < st.batch->items.size() && st.batch; ++i)
-    start_item(self, i);
+  admit_next(self);
+  // Jobs that need neither reads nor a pending admission may be ready now.
+  for (size_t k = 0; k < std::min(window, st.jobs.size()); ++k)
+    check_job(self, *st.jobs[k]);
 }
 
 engine_load own_load(self_ptr self) {
@@ -393,47 +434,33 @@ caf::behavior prefill_engine(self_ptr self, engine_config cfg) {
   return {
       [self](prefill_atom, work_batch& w) -> caf::result<stream_report> {
         auto& st = self->state;
-        if (w.items.size() > 1) {
-          // One request per batch: a batch holds its buffer leases and decode
-          // slots until it has streamed, so batches of several requests can
-          // wait on each other's reads and admissions across engines (a
-          // deadlock once DRAM is full). Each request becomes its own batch
-          // (through this handler) and the reply joins them.
-          struct join_state {
-            caf::typed_response_promise<stream_report> rp;
-            stream_report rep;
-            size_t left = 0;
-            bool failed = false;
-          };
-          auto join = std::make_shared<join_state>();
-          join->rp = self->make_response_promise<stream_report>();
-          join->left = w.items.size();
-          for (auto& a : w.items)
-            self->request(caf::actor_cast<prefill_engine_actor>(self),
-                          caf::infinite, prefill_atom_v, work_batch{{a}})
-                .then(
-                    [join](stream_report& r) {
-                      join->rep.bytes_moved += r.bytes_moved;
-                      join->rep.layers = std::move(r.layers);
-                      if (--join->left == 0 && !join->failed)
-                        join->rp.deliver(std::move(join->rep));
-                    },
-                    [join](caf::error& err) {
-                      if (!join->failed) {
-                        join->failed = true;
-                        join->rp.deliver(std::move(err));
-                      }
-                    });
-          return join->rp;
+        auto& cfg = st.cfg;
+        auto reply = std::make_shared<batch_reply>();
+        reply->rp = self->make_response_promise<stream_report>();
+        reply->left = w.items.size();
+        if (w.items.empty()) {
+          reply->rp.deliver(stream_report{});
+          return reply->rp;
         }
+        // Every request becomes its own job: a job holds buffer leases and a
+        // decode slot only for itself, so jobs never wait on each other's
+        // reads (see admit_next for the admission order).
         for (auto& a : w.items) {
           ++st.seq;
           st.tok += a.request.tokens.size();
+          auto j = std::make_unique<job>();
+          j->id = st.next_job++;
+          j->hashes =
+              prompt_block_hashes(a.request.tokens, cfg.model.block_tokens);
+          auto full = static_cast<uint32_t>(a.request.tokens.size()
+                                            / cfg.model.block_tokens);
+          j->plan = plan_for(cfg.mode, a.plan, full);
+          j->a = std::move(a);
+          j->reply = reply;
+          st.jobs.push_back(std::move(j));
         }
-        auto rp = self->make_response_promise<stream_report>();
-        st.queue.emplace_back(std::move(w), rp);
-        next(self);
-        return rp;
+        pump(self);
+        return reply->rp;
       },
       [self](status_atom) { return status(self); },
       [self](fetch_tick_atom) { fetch(self); },

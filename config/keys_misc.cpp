@@ -21,6 +21,10 @@ void add_engines(std::vector<key_spec>& out) {
                         "Layers whose KV may be in flight or resident on the "
                         "GPU at once (prefetch depth).",
                         range::at_least(1)));
+  out.push_back(int_key("engines.prefill_lookahead", 2, "requests",
+                        "Requests a prefill engine starts (storage reads, "
+                        "decode admission) ahead of the one it computes.",
+                        range::at_least(0)));
   out.push_back(choice_key("engines.mode", "dualpath",
                            {"dualpath", "basic", "layerwise", "oracle"},
                            "basic: PE-only loading, no layerwise; layerwise: "

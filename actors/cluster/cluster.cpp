@@ -88,17 +88,20 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
   s.time_scale = cfg.real("run.time_scale");
   s.mode = mode;
   s.layer_window = static_cast<uint32_t>(cfg.integer("engines.layer_window"));
+  s.prefill_lookahead =
+      static_cast<uint32_t>(cfg.integer("engines.prefill_lookahead"));
   s.fetch_period_ns = cfg.integer("scheduler.fetch_period_ms") * 1'000'000;
   // The reader pool is nominal DRAM; real bytes shrink with the byte scale,
   // but the pool must hold the longest prompt's blocks at once.
   s.reader_buffer_bytes =
       (static_cast<uint64_t>(cfg.integer("storage.buffer_mib")) << 20)
       / s.byte_scale;
-  // Each prefill engine of a node holds the leases of at most one request
-  // until it has streamed (see actors/prefill_engine.cpp), so the pool needs
-  // room for one longest prompt per GPU.
+  // Each prefill engine of a node holds the leases of at most lookahead + 1
+  // requests (see actors/prefill_engine.hpp), so a pool with room for that
+  // many longest prompts per GPU can never be exhausted by completed reads
+  // waiting to stream: the condition for a cyclic wait never arises.
   s.reader_min_blocks = static_cast<uint32_t>(
-      s.gpus_per_node
+      s.gpus_per_node * (uint64_t{s.prefill_lookahead} + 1)
           * (cfg.integer("workload.max_len")
              / std::max<int64_t>(1, cfg.integer("storage.block_tokens")))
       + 64);
@@ -334,6 +337,7 @@ spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
     ec.group = group;
     ec.mode = spec.mode;
     ec.layer_window = spec.layer_window;
+    ec.prefill_lookahead = spec.prefill_lookahead;
     ec.model.layers = spec.model.layers;
     ec.model.block_tokens = spec.block_tokens;
     ec.model.nominal_bytes_per_token_layer =

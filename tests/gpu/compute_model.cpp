@@ -19,7 +19,8 @@ model_shape hand_model() {
 
 } // namespace
 
-TEST_CASE("compute model: dense MLA prefill of 429 new tokens over 32k cached") {
+TEST_CASE(
+    "compute model: dense MLA prefill of 429 new tokens over 32k cached") {
   // By hand, per layer (61 layers, 37e9 active params, MLA 128 heads,
   // qk 192, v 128):
   //   linear    = 2 * (37e9 / 61) * 429
@@ -129,9 +130,9 @@ TEST_CASE("compute model: sparse attention pairs and FLOPs by hand") {
   const auto m = ds_660b();
   REQUIRE(validate(m).empty());
   CHECK_EQ(sparse_attention_pairs({32768, 429}, 2048), 878592.0);
-  CHECK_EQ(attention_flops_per_layer(m, {{32768, 429}}),
-           doctest::Approx(278528.0 * 878592 + 16384.0 * 14149707)
-               .epsilon(1e-12));
+  CHECK_EQ(
+      attention_flops_per_layer(m, {{32768, 429}}),
+      doctest::Approx(278528.0 * 878592 + 16384.0 * 14149707).epsilon(1e-12));
   auto bad = m;
   bad.indexer_heads = 0;
   CHECK_FALSE(validate(bad).empty());

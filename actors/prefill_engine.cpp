@@ -428,6 +428,24 @@ caf::behavior prefill_engine(self_ptr self, engine_config cfg) {
   self->state.streamer =
       spawn_layer_streamer(self->home_system(), self->state.cfg, *staging);
   self->link_to(self->state.streamer);
+  // A decode engine was lost (its node died; in a deployment the node agent
+  // passes the notice on, since a request to an actor of a node lost behind
+  // the scheduler node is never answered): jobs waiting for it fail now, so
+  // the engine goes on and the scheduler re-queues their requests; the
+  // streamer drops the batches it holds for it.
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    auto& st = self->state;
+    caf::anon_send(caf::actor_cast<caf::actor>(st.streamer), dm);
+    std::vector<uint64_t> lost;
+    for (auto& j : st.jobs)
+      if (!j->handed && j->a.decode_actor
+          && j->a.decode_actor.address() == dm.source)
+        lost.push_back(j->id);
+    for (auto id : lost)
+      finish(self, id,
+             caf::make_error(caf::sec::request_receiver_down,
+                             "decode engine lost"));
+  });
   auto& c = self->state.cfg;
   if (c.id.rank == 0 && !c.group_members.empty() && c.scheduler)
     schedule_fetch(self);

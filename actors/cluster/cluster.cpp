@@ -8,10 +8,10 @@
 #include "actors/extensions/prefetching_reader.hpp"
 #include "actors/prefill_engine.hpp"
 #include "actors/scheduler.hpp"
+#include "actors/sim/driver.hpp"
 #include "actors/storage_reader.hpp"
 #include "gpu/device.hpp"
 #include "scheduler/thresholds.hpp"
-#include "actors/sim/driver.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/bulk/modeled_backend.hpp"
 #include "transport/storage/block_store.hpp"
@@ -61,8 +61,7 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
   s.model.qk_head_dim = static_cast<uint32_t>(cfg.integer("model.attn_qk_dim"));
   s.model.v_head_dim = static_cast<uint32_t>(cfg.integer("model.attn_v_dim"));
   if (cfg.string("model.attention") == "dsa") {
-    s.model.sparse_topk =
-        static_cast<uint32_t>(cfg.integer("model.attn_topk"));
+    s.model.sparse_topk = static_cast<uint32_t>(cfg.integer("model.attn_topk"));
     s.model.indexer_heads =
         static_cast<uint32_t>(cfg.integer("model.indexer_heads"));
     s.model.indexer_dim =
@@ -205,17 +204,18 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
            std::shared_ptr<transport::storage::block_store> store,
            const emulated_time& time) {
   if (!store || !bulk)
-    return bad_config("node " + name + " needs a block store and a bulk "
-                                       "backend");
+    return bad_config("node " + name
+                      + " needs a block store and a bulk "
+                        "backend");
   auto file_bytes = store->geometry().file_bytes();
   built_node out;
   auto node = std::make_shared<node_resources>();
   node->role = role;
   node->name = name;
-  node->snic =
-      std::make_shared<emulated_link>(node->name + ".snic", spec.snic_bytes_per_s);
-  node->dram =
-      std::make_shared<emulated_link>(node->name + ".dram", spec.dram_bytes_per_s);
+  node->snic = std::make_shared<emulated_link>(node->name + ".snic",
+                                               spec.snic_bytes_per_s);
+  node->dram = std::make_shared<emulated_link>(node->name + ".dram",
+                                               spec.dram_bytes_per_s);
   for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
     auto gpu = node->name + ".cnic" + std::to_string(g);
     node->cnic_rx.push_back(
@@ -256,9 +256,8 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
   };
   // Persist sources are regions of this node (a decode engine's DRAM
   // buffer) in this process; anything else is refused.
-  rc.resolve =
-      [name = node->name](
-          const remote_region& r) -> caf::expected<const std::byte*> {
+  rc.resolve = [name = node->name](
+                   const remote_region& r) -> caf::expected<const std::byte*> {
     if (r.node != name)
       return caf::make_error(caf::sec::invalid_argument,
                              "persist source of node " + r.node
@@ -327,7 +326,8 @@ scheduler_config_for(const cluster_spec& spec,
 caf::expected<std::vector<caf::actor>>
 spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
                    const node_ptr& node, uint32_t group,
-                   const emulated_time& time, const scheduler_actor& scheduler) {
+                   const emulated_time& time,
+                   const scheduler_actor& scheduler) {
   caf::scoped_actor self{sys};
   std::vector<caf::actor> members;
   std::vector<engine_config> configs;
@@ -387,12 +387,12 @@ spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
     members.insert(members.begin(), hdl);
     spawned.push_back(hdl);
     bool enrolled = false;
-    auto pending = self->request(scheduler, std::chrono::seconds(10),
-                                 enroll_atom_v,
-                                 engine_registration{ec.id, ec.group, hdl});
+    auto pending =
+        self->request(scheduler, std::chrono::seconds(10), enroll_atom_v,
+                      engine_registration{ec.id, ec.group, hdl});
     sim::settle(sys); // simulated time: the scheduler answers now
     pending.receive([&](bool ok) { enrolled = ok; },
-                               [&](caf::error&) { enrolled = false; });
+                    [&](caf::error&) { enrolled = false; });
     if (!enrolled) {
       for (auto& h : spawned)
         self->send_exit(h, caf::exit_reason::user_shutdown);
@@ -428,16 +428,16 @@ embedded_cluster::make(caf::actor_system& sys, const cluster_spec& spec,
     transport::bulk::options bopts;
     bopts.backend = "local";
     bopts.node = name;
-    auto bulk = spec.plane == data_plane::modeled
-                    ? transport::bulk::make_modeled_backend(bopts,
-                                                            modeled_fabric)
-                    : transport::bulk::make_local_backend(bopts, fabric);
+    auto bulk =
+        spec.plane == data_plane::modeled
+            ? transport::bulk::make_modeled_backend(bopts, modeled_fabric)
+            : transport::bulk::make_local_backend(bopts, fabric);
     if (!bulk)
       return bulk.error();
-    auto built = build_node(
-        sys, spec, name, role,
-        std::shared_ptr<transport::bulk::backend>(std::move(*bulk)), store,
-        c->time_);
+    auto built =
+        build_node(sys, spec, name, role,
+                   std::shared_ptr<transport::bulk::backend>(std::move(*bulk)),
+                   store, c->time_);
     if (!built)
       return built.error();
     for (auto& k : built->keep_alive)

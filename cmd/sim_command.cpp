@@ -37,7 +37,11 @@ double ratio(const mode_report* num, const mode_report* den) {
 
 // The simulation's cost of one mode as JSON.
 nlohmann::json sim_json(const sim_mode_stats& s, double jct_s) {
-  return {{"events", s.events},
+  auto links = nlohmann::json::object();
+  for (auto& l : s.links)
+    links[l.link] = {{"mean_util", l.mean_util}, {"max_util", l.max_util}};
+  return {{"links", links},
+          {"events", s.events},
           {"timeouts", s.timeouts},
           {"wall_s", s.wall_s},
           {"events_per_s", s.wall_s > 0 ? s.events / s.wall_s : 0.0},
@@ -217,6 +221,13 @@ public:
           << s.scheduler_cpu_s << " CPU s = "
           << (jct > 0 ? s.scheduler_cpu_s / jct : 0)
           << " cores per simulated second\n";
+      if (!s.links.empty()) {
+        out << "  link utilisation over the JCT, mean / max:";
+        for (auto& l : s.links)
+          out << ' ' << l.link << ' ' << std::setprecision(2) << l.mean_util
+              << '/' << l.max_util;
+        out << '\n';
+      }
     }
     out << "wall time: " << std::setprecision(1) << res->wall_s
         << " s (store pre-population " << res->populate_s << " s)\n";

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -138,6 +139,43 @@ private:
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
+
+// Utilisation of every class of emulated links over `seconds` (see
+// link_load).
+std::vector<link_load> link_loads(const std::vector<node_ptr>& nodes,
+                                  double seconds) {
+  struct acc {
+    double sum = 0;
+    double max = 0;
+    size_t n = 0;
+  };
+  std::map<std::string, acc> by_class;
+  auto add = [&](const std::string& cls, const link_ptr& l) {
+    if (!l || l->rate() == 0 || seconds <= 0)
+      return;
+    auto u = static_cast<double>(l->bytes())
+             / (static_cast<double>(l->rate()) * seconds);
+    auto& a = by_class[cls];
+    a.sum += u;
+    a.max = std::max(a.max, u);
+    ++a.n;
+  };
+  for (auto& n : nodes) {
+    auto side = n->role == engine_role::prefill ? std::string{"pe_"}
+                                                : std::string{"de_"};
+    for (auto& l : n->cnic_rx)
+      add(side + "cnic_read", l);
+    for (auto& l : n->cnic_tx)
+      add(side + "cnic_write", l);
+    add(side + "dram", n->dram);
+    add(side + "snic", n->snic);
+  }
+  std::vector<link_load> out;
+  for (auto& [cls, a] : by_class)
+    out.push_back(link_load{cls, a.n ? a.sum / static_cast<double>(a.n) : 0,
+                            a.max});
+  return out;
+}
 
 } // namespace
 
@@ -395,7 +433,12 @@ caf::expected<job_result> run_job(const config::settings& cfg,
                          events_after.jobs - events_before.jobs,
                          events_after.timeouts - events_before.timeouts,
                          outcome ? outcome->wall_s : 0.0,
-                         sim::watched_cpu_seconds()});
+                         sim::watched_cpu_seconds(),
+                         outcome ? link_loads((*cluster)->nodes(),
+                                              static_cast<double>(
+                                                  outcome->jct_ns)
+                                                  / 1e9)
+                                 : std::vector<link_load>{}});
       sim::watch(caf::actor{});
     }
     if (!outcome)

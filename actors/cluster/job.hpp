@@ -92,6 +92,17 @@ struct verify_failure {
   uint32_t blocks = 0;
 };
 
+/// How busy one class of emulated links was over a mode's JCT: nominal bytes
+/// / (rate x JCT), mean and max over the links of the class. Classes follow
+/// `dualpath plan`: pe_cnic_read / pe_cnic_write (a prefill GPU's compute NIC
+/// in / out), de_cnic_read / de_cnic_write, pe_dram / de_dram (per node, half
+/// duplex), pe_snic / de_snic.
+struct link_load {
+  std::string link;
+  double mean_util = 0;
+  double max_util = 0;
+};
+
 /// What simulating one mode cost (job_options::simulate only).
 struct sim_mode_stats {
   std::string mode;
@@ -99,6 +110,7 @@ struct sim_mode_stats {
   uint64_t timeouts = 0;      ///< Timeouts fired (simulated-time jumps).
   double wall_s = 0;          ///< Wall seconds of the replay.
   double scheduler_cpu_s = 0; ///< CPU seconds in the scheduler's handlers.
+  std::vector<link_load> links; ///< Link utilisation by class.
 };
 
 struct job_result {

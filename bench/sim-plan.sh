@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# bench/run sim-plan: P/D ratios inside and outside the bottleneck-free range of
+# `dualpath plan` (1/7 <= P/D <= 7/2 on paper-hopper), simulated (`dualpath
+# sim`, DS-660B, DualPath, offline, SIM_AGENTS_PER_PE agents per prefill node,
+# default 64, SIM_TURNS turns, default 2). For each P/D: the planner's verdict
+# (links over capacity at saturation) and the simulation's busiest link class
+# (utilisation = nominal bytes / (rate x JCT), max over the links of a class).
+# Last line: RESULT sim-plan busiest_<pd>=<link class> ...
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD_DIR=${BUILD_DIR:-$root/build-bench}
+per_pe=${SIM_AGENTS_PER_PE:-64}
+turns=${SIM_TURNS:-2}
+cmake --build "$BUILD_DIR" --target dualpath >&2
+bin=$BUILD_DIR/bin/dualpath
+out=$(mktemp -d "${TMPDIR:-/tmp}/sim-plan-XXXXXX")
+trap 'rm -rf "$out"' EXIT
+result="RESULT sim-plan"
+for pd in "1 8" "1 2" "1 1" "2 1" "4 1"; do
+  set -- $pd
+  name="${1}p${2}d"
+  verdict=$("$bin" plan --prefill-nodes "$1" --decode-nodes "$2" 2>&1 |
+    awk '/bottleneck-free/ {v=$0} /OVER CAPACITY/ {o=o" "$1} END {print v" |"o}' || true)
+  "$bin" sim --quiet --mode dualpath --prefill-nodes "$1" --decode-nodes "$2" \
+    --agents $(($1 * per_pe)) --turns "$turns" --json "$out/$name.json" >&2
+  busiest=$(jq -r '.modes.dualpath.sim.links | to_entries | max_by(.value.max_util) | .key' "$out/$name.json")
+  echo "== $name: plan: $verdict" >&2
+  jq -r '.modes.dualpath as $m | "   sim: JCT \($m.jct_s|.*10|round/10) s, tokens/s per GPU \($m.tokens_per_s|floor)/'"$((8 * ($1 + $2)))"', TTFT p50 \($m.ttft_p50_s) s; link max util: " + ([$m.sim.links | to_entries[] | "\(.key) \(.value.max_util*100|round)%"] | join(", "))' "$out/$name.json" >&2
+  result+=" busiest_$name=$busiest"
+done
+echo "$result"

@@ -136,14 +136,16 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
       {"281", "282", "283", "284", "\"node285\""});
   check(batch_completion{291, 292, 293, "boom294"},
         {"291", "292", "293", "boom294"});
-  check(node_info{"n301",
-                  {engine(302)},
-                  endpoint_info{"n303", "tcp", "a304", {}},
-                  {"reader305"},
-                  {}},
-        {"\"n301\"", "\"eng302\"", "\"n303\"", "a304", "reader305"});
-  check(cluster_view{311, {node_info{"n312", {}, {}, {}, {}}}},
-        {"311", "\"n312\""});
+  check(
+      node_info{"n301",
+                {engine(302)},
+                endpoint_info{"n303", "tcp", "a304", {}},
+                {"reader305"},
+                {},
+                "digest306"},
+      {"\"n301\"", "\"eng302\"", "\"n303\"", "a304", "reader305", "digest306"});
+  check(cluster_view{311, {node_info{"n312", {}, {}, {}, {}, {}}}, 313},
+        {"311", "\"n312\"", "313"});
   check(metric_sample{"m321", 322.5}, {"m321", "322.5"});
   check(state_snapshot{"s331", 332, {metric_sample{"m333", 334}}},
         {"s331", "332", "m333", "334"});

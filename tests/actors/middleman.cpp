@@ -212,7 +212,7 @@ TEST_CASE_FIXTURE(fixture, "node supervisor interface carries actor handles") {
   auto hdl = cross(a.spawn([]() -> node_supervisor_actor::behavior_type {
     return {
         [](join_atom, node_info& n) {
-          return cluster_view{1, {std::move(n)}};
+          return cluster_view{1, {std::move(n)}, 0};
         },
         [](leave_atom, const std::string&) {},
         [](view_atom) { return cluster_view{}; },

@@ -100,8 +100,8 @@ public:
       opts.progress = [](const std::string& mode, uint64_t done,
                          uint64_t total) {
         if (done % 256 == 0 || done == total) {
-          std::fprintf(stderr, "\r[sim %s] requests %llu/%llu   ",
-                       mode.c_str(), static_cast<unsigned long long>(done),
+          std::fprintf(stderr, "\r[sim %s] requests %llu/%llu   ", mode.c_str(),
+                       static_cast<unsigned long long>(done),
                        static_cast<unsigned long long>(total));
           if (done == total)
             std::fprintf(stderr, "\n");
@@ -218,8 +218,8 @@ public:
           << std::setprecision(1) << s.wall_s << " s wall ("
           << std::setprecision(0) << (s.wall_s > 0 ? s.events / s.wall_s : 0)
           << " events/s); scheduler " << std::setprecision(3)
-          << s.scheduler_cpu_s << " CPU s = "
-          << (jct > 0 ? s.scheduler_cpu_s / jct : 0)
+          << s.scheduler_cpu_s
+          << " CPU s = " << (jct > 0 ? s.scheduler_cpu_s / jct : 0)
           << " cores per simulated second\n";
       if (!s.links.empty()) {
         out << "  link utilisation over the JCT, mean / max:";

@@ -172,8 +172,8 @@ std::vector<link_load> link_loads(const std::vector<node_ptr>& nodes,
   }
   std::vector<link_load> out;
   for (auto& [cls, a] : by_class)
-    out.push_back(link_load{cls, a.n ? a.sum / static_cast<double>(a.n) : 0,
-                            a.max});
+    out.push_back(
+        link_load{cls, a.n ? a.sum / static_cast<double>(a.n) : 0, a.max});
   return out;
 }
 
@@ -327,10 +327,10 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   auto open_store = [&](const std::string& mode)
       -> caf::expected<std::shared_ptr<transport::storage::block_store>> {
     auto backend =
-        opts.simulate
-            ? caf::expected<transport::storage::backend_ptr>{transport::storage::
-                                                                 make_modeled_backend()}
-            : transport::storage::make_backend(bc);
+        opts.simulate ? caf::expected<
+            transport::storage::backend_ptr>{transport::storage::
+                                                 make_modeled_backend()}
+                      : transport::storage::make_backend(bc);
     if (!backend)
       return backend.error();
     auto msc = sc;
@@ -420,25 +420,21 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     if (opts.simulate)
       sim::watch(caf::actor_cast<caf::actor>((*cluster)->scheduler()));
     {
-      snic_sampler sampler{
-          **cluster, sys,
-          opts.simulate ? std::chrono::milliseconds{0} : opts.sample_period,
-          timeline};
+      snic_sampler sampler{**cluster, sys,
+                           opts.simulate ? std::chrono::milliseconds{0}
+                                         : opts.sample_period,
+                           timeline};
       outcome = replay(sys, (*cluster)->scheduler(), *trace, ro, id_base);
     }
     if (opts.simulate) {
       auto events_after = sim::events();
-      result.sim.push_back(
-          sim_mode_stats{variant.name,
-                         events_after.jobs - events_before.jobs,
-                         events_after.timeouts - events_before.timeouts,
-                         outcome ? outcome->wall_s : 0.0,
-                         sim::watched_cpu_seconds(),
-                         outcome ? link_loads((*cluster)->nodes(),
-                                              static_cast<double>(
-                                                  outcome->jct_ns)
-                                                  / 1e9)
-                                 : std::vector<link_load>{}});
+      result.sim.push_back(sim_mode_stats{
+          variant.name, events_after.jobs - events_before.jobs,
+          events_after.timeouts - events_before.timeouts,
+          outcome ? outcome->wall_s : 0.0, sim::watched_cpu_seconds(),
+          outcome ? link_loads((*cluster)->nodes(),
+                               static_cast<double>(outcome->jct_ns) / 1e9)
+                  : std::vector<link_load>{}});
       sim::watch(caf::actor{});
     }
     if (!outcome)

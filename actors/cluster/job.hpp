@@ -106,10 +106,10 @@ struct link_load {
 /// What simulating one mode cost (job_options::simulate only).
 struct sim_mode_stats {
   std::string mode;
-  uint64_t events = 0;        ///< Jobs (message deliveries) run.
-  uint64_t timeouts = 0;      ///< Timeouts fired (simulated-time jumps).
-  double wall_s = 0;          ///< Wall seconds of the replay.
-  double scheduler_cpu_s = 0; ///< CPU seconds in the scheduler's handlers.
+  uint64_t events = 0;          ///< Jobs (message deliveries) run.
+  uint64_t timeouts = 0;        ///< Timeouts fired (simulated-time jumps).
+  double wall_s = 0;            ///< Wall seconds of the replay.
+  double scheduler_cpu_s = 0;   ///< CPU seconds in the scheduler's handlers.
   std::vector<link_load> links; ///< Link utilisation by class.
 };
 

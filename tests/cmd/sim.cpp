@@ -25,20 +25,11 @@ namespace {
 // where bytes do move).
 std::vector<std::string> small(const std::string& command,
                                std::vector<std::string> extra) {
-  std::vector<std::string> args{dualpath_binary(),
-                                command,
-                                "--quiet",
-                                "--json",
-                                "--agents",
-                                "6",
-                                "--prefill-nodes",
-                                "1",
-                                "--decode-nodes",
-                                "1",
-                                "--set",
-                                "hardware.gpus_per_node=2",
-                                "--byte-scale",
-                                "656"};
+  std::vector<std::string> args{
+      dualpath_binary(), command, "--quiet",         "--json",
+      "--agents",        "6",     "--prefill-nodes", "1",
+      "--decode-nodes",  "1",     "--set",           "hardware.gpus_per_node=2",
+      "--byte-scale",    "656"};
   args.insert(args.end(), extra.begin(), extra.end());
   if (std::find(extra.begin(), extra.end(), "--turns") == extra.end()) {
     args.emplace_back("--turns");
@@ -55,10 +46,9 @@ json run_json(std::vector<std::string> args) {
 
 // Removes every key whose value depends on the wall clock.
 void strip_wall(json& doc) {
-  static const char* keys[] = {"wall_s",          "populate_s", "setup_s",
-                               "lag_p99_ms",      "events_per_s",
-                               "sim_events_per_s", "scheduler_cpu_s",
-                               "scheduler_cores"};
+  static const char* keys[] = {
+      "wall_s",       "populate_s",       "setup_s",         "lag_p99_ms",
+      "events_per_s", "sim_events_per_s", "scheduler_cpu_s", "scheduler_cores"};
   if (doc.is_object()) {
     for (auto key : keys)
       doc.erase(key);
@@ -80,8 +70,8 @@ TEST_CASE("the same seed gives the same report") {
   strip_wall(b);
   CHECK(a.dump(1) == b.dump(1));
   // Another seed is another trace, hence another report.
-  auto other = small("sim", {"--mode", "basic,dualpath", "--set",
-                             "workload.seed=7"});
+  auto other =
+      small("sim", {"--mode", "basic,dualpath", "--set", "workload.seed=7"});
   auto c = run_json(other);
   strip_wall(c);
   CHECK(a.dump() != c.dump());
@@ -126,9 +116,8 @@ TEST_CASE("the report is run's plus the simulation's cost") {
 TEST_CASE("a small cluster simulated agrees with run on JCT within 10%") {
   temp_dir dir;
   // run in real time (time scale 1): the emulation keeps up best there.
-  auto real = run_json(small("run", {"--mode", "basic,dualpath",
-                                     "--time-scale", "1", "--store-dir",
-                                     dir.file("store")}));
+  auto real = run_json(small("run", {"--mode", "basic,dualpath", "--time-scale",
+                                     "1", "--store-dir", dir.file("store")}));
   auto simulated = run_json(small("sim", {"--mode", "basic,dualpath"}));
   for (auto mode : {"basic", "dualpath"}) {
     CAPTURE(mode);

@@ -61,7 +61,7 @@ public:
     fabric_->regions[opts_.node][id] = len;
     // The key is the id: deterministic, and checked like a real key.
     remote_region desc{opts_.node, id, id, reinterpret_cast<uint64_t>(ptr),
-                       0, len};
+                       0,          len};
     return local_registration{this, ptr, len, kind, std::move(desc)};
   }
 
@@ -137,9 +137,9 @@ private:
       const auto& d = w.destination;
       auto r = node->second.find(d.region_id);
       if (r == node->second.end())
-        return fail(caf::make_error(transport_errc::unknown_region,
-                                    "modeled write to an unknown region of "
-                                        + target));
+        return fail(
+            caf::make_error(transport_errc::unknown_region,
+                            "modeled write to an unknown region of " + target));
       if (d.key != d.region_id)
         return fail(caf::make_error(transport_errc::wrong_key,
                                     "modeled write with a wrong key"));

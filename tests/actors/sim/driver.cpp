@@ -69,8 +69,8 @@ TEST_CASE("real-time systems are not simulated") {
 TEST_CASE("delayed messages fire in simulated time, in time order") {
   auto log = run_two_tickers();
   // a: 3, 6, 9, 12 ms; b: 5, 10, 15 ms, merged by time.
-  std::vector<std::string> want{"a@3000000",  "b@5000000",  "a@6000000",
-                                "a@9000000",  "b@10000000", "a@12000000",
+  std::vector<std::string> want{"a@3000000", "b@5000000",  "a@6000000",
+                                "a@9000000", "b@10000000", "a@12000000",
                                 "b@15000000"};
   CHECK(log == want);
 }
@@ -85,7 +85,8 @@ TEST_CASE("a run that cannot finish stalls instead of hanging") {
   auto log = std::make_shared<std::vector<std::string>>();
   auto a = sys.spawn(ticker, std::string{"a"}, caf::timespan{1ms}, 2, log);
   auto before = sim::events();
-  CHECK(sim::run_until(sys, [] { return false; }, 10s)
+  CHECK(sim::run_until(
+            sys, [] { return false; }, 10s)
         == sim::run_outcome::stalled);
   CHECK(log->size() == 2);
   auto after = sim::events();
@@ -129,7 +130,8 @@ TEST_CASE("the watched actor's CPU time is measured") {
     }};
   });
   sim::watch(busy);
-  CHECK(sim::run_until(sys, [] { return false; }, 10s)
+  CHECK(sim::run_until(
+            sys, [] { return false; }, 10s)
         == sim::run_outcome::stalled);
   CHECK(sim::watched_cpu_seconds() > 0.001);
   sim::watch(caf::actor{});

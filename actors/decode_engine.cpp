@@ -19,6 +19,7 @@
 #include "gpu/device.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/storage/block_format.hpp"
+#include "transport/storage/block_store.hpp"
 #include "transport/storage/kv_content.hpp"
 
 namespace dualpath::actors {
@@ -452,14 +453,22 @@ void on_decode_end(self_ptr self, uint64_t id) {
   if (i == st.requests.end())
     return;
   auto& r = i->second;
-  if (!moves_bytes(cfg)) {
-    send_done(self, id);
-    return;
-  }
   const auto bt = cfg.model.block_tokens;
   auto seq = r.a.request.tokens;
   seq.insert(seq.end(), r.a.request.output_tokens.begin(),
              r.a.request.output_tokens.end());
+  if (!moves_bytes(cfg)) {
+    // Oracle bypasses I/O, not caching: the blocks the other modes persist
+    // are stored at once, without time, so the agent's next turn finds the
+    // same hits (without them every later turn recomputed its history).
+    // A failed write leaves the blocks uncounted in blocks_persisted, as a
+    // failed persist does in the other modes.
+    if (cfg.node && cfg.node->store)
+      if (auto stats = storage::populate(*cfg.node->store, {seq}))
+        r.result.blocks_persisted += static_cast<uint32_t>(stats->written);
+    send_done(self, id);
+    return;
+  }
   auto full = storage::block_hashes(seq, bt);
   uint32_t prompt_full = r.tokens / bt;
   uint32_t first = std::min(r.summary.hit_blocks, prompt_full);
@@ -615,7 +624,8 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
     try_admit(self);
   });
   auto& c = self->state.cfg;
-  if (c.id.rank == 0 && !c.group_members.empty() && c.scheduler)
+  if ((c.group_leader || (c.id.rank == 0 && !c.group_members.empty()))
+      && c.scheduler)
     schedule_report(self);
   return {
       [self](admit_atom, assignment& a) -> caf::result<decode_slot> {

@@ -109,7 +109,7 @@ struct engine_config {
   uint32_t layer_window = 2;
   /// Prefill: jobs started (reads, admission) ahead of the oldest
   /// unfinished one.
-  uint32_t prefill_lookahead = 2;
+  uint32_t prefill_lookahead = 6;
   model_shape model;
   emulated_time time;
   uint32_t byte_scale = 1;
@@ -130,6 +130,9 @@ struct engine_config {
   /// The other members of this engine's group in rank order 1..n-1 (filled
   /// for the leader, rank 0, only; the leader itself is not listed).
   std::vector<caf::actor> group_members;
+  /// Set on the group leader (rank 0) even when it has no other member
+  /// (one GPU per node): it fetches or reports for its group.
+  bool group_leader = false;
   /// Whether the decode engine verifies the prompt KV byte for byte; false
   /// when the data plane is modeled (`dualpath sim`: no byte moves, so
   /// blocks_verified stays 0).

@@ -447,7 +447,8 @@ caf::behavior prefill_engine(self_ptr self, engine_config cfg) {
                              "decode engine lost"));
   });
   auto& c = self->state.cfg;
-  if (c.id.rank == 0 && !c.group_members.empty() && c.scheduler)
+  if ((c.group_leader || (c.id.rank == 0 && !c.group_members.empty()))
+      && c.scheduler)
     schedule_fetch(self);
   return {
       [self](prefill_atom, work_batch& w) -> caf::result<stream_report> {

@@ -257,7 +257,9 @@ public:
       }
       if (auto rc = inv.emit_json(doc); rc != exit_ok)
         return rc;
-    } else {
+    }
+    // The table goes to stdout unless the JSON does.
+    if (!inv.json() || !inv.json_file->empty()) {
       auto& out = inv.out;
       out << "dualpath run: " << res->agents << " agents, "
           << res->requests_per_mode << " requests per mode, mean prompt "

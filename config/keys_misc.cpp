@@ -21,9 +21,12 @@ void add_engines(std::vector<key_spec>& out) {
                         "Layers whose KV may be in flight or resident on the "
                         "GPU at once (prefetch depth).",
                         range::at_least(1)));
-  out.push_back(int_key("engines.prefill_lookahead", 2, "requests",
+  out.push_back(int_key("engines.prefill_lookahead", 6, "requests",
                         "Requests a prefill engine starts (storage reads, "
-                        "decode admission) ahead of the one it computes.",
+                        "decode admission) ahead of the one it computes; "
+                        "each node's reader buffer is sized for them. 6 "
+                        "hides the reads behind compute at 2P4D "
+                        "(docs/benchmarks.md).",
                         range::at_least(0)));
   out.push_back(choice_key("engines.mode", "dualpath",
                            {"dualpath", "basic", "layerwise", "oracle"},

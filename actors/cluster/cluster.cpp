@@ -376,8 +376,10 @@ spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
   std::vector<caf::actor> spawned;
   for (uint32_t g = spec.gpus_per_node; g-- > 0;) {
     auto& ec = configs[g];
-    if (g == 0)
+    if (g == 0) {
       ec.group_members = members;
+      ec.group_leader = true;
+    }
     caf::actor hdl;
     if (node->role == engine_role::prefill) {
       hdl = caf::actor_cast<caf::actor>(spawn_prefill_engine(sys, ec));

@@ -65,7 +65,7 @@ struct cluster_spec {
   load_mode mode = load_mode::dualpath;
   scheduler::policy_config policy;
   uint32_t layer_window = 2;
-  uint32_t prefill_lookahead = 2;
+  uint32_t prefill_lookahead = 6;
   int64_t fetch_period_ns = 10'000'000;
   uint64_t reader_buffer_bytes = 1ull << 30; ///< Real bytes per reader.
   uint32_t reader_min_blocks = 1088;         ///< Slots the pool has at least.

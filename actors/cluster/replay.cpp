@@ -149,9 +149,25 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
               std::chrono::duration<double>(at_s)));
       self->delayed_send(self, delay, start_agent_atom::value, uint64_t{i});
     }
+    // Health signal (wall clock only; simulated timers are never late): a
+    // periodic timer's lateness, sampled until the replay ends.
+    auto arm_tick = [self] {
+      self->state.tick_due = std::chrono::steady_clock::now() + lag_period;
+      self->delayed_send(self, lag_period, lag_tick_atom::value);
+    };
+    if (!sim::simulated(self->system()))
+      arm_tick();
     return {
         [self, scheduler, opts](start_agent_atom, uint64_t i) {
           submit_next(self, scheduler, opts, i);
+        },
+        [self, arm_tick](lag_tick_atom) {
+          auto& s = self->state;
+          auto late = std::chrono::steady_clock::now() - s.tick_due;
+          s.lag_ms.push_back(std::max(
+              0.0, std::chrono::duration<double, std::milli>(late).count()));
+          if (s.done < s.total)
+            arm_tick();
         },
     };
   });

@@ -52,6 +52,7 @@ mode_report summarize(const std::string& mode, const replay_outcome& outcome,
     r.blocks_verified += x.blocks_verified;
     r.verify_failures += x.verify_failures;
     r.recomputed_blocks += x.recomputed_blocks;
+    r.blocks_persisted += x.blocks_persisted;
     r.reroutes += x.reroutes;
   }
   r.tokens_per_s = r.jct_s > 0 ? static_cast<double>(tokens) / r.jct_s : 0;
@@ -113,6 +114,7 @@ nlohmann::json to_json(const mode_report& r) {
       {"blocks_verified", r.blocks_verified},
       {"verify_failures", r.verify_failures},
       {"recomputed_blocks", r.recomputed_blocks},
+      {"blocks_persisted", r.blocks_persisted},
       {"reroutes", r.reroutes},
       {"wall_s", r.wall_s},
       {"setup_s", r.setup_s},

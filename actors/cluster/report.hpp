@@ -53,6 +53,7 @@ struct mode_report {
   uint64_t blocks_verified = 0;
   uint64_t verify_failures = 0;
   uint64_t recomputed_blocks = 0;
+  uint64_t blocks_persisted = 0; ///< Full Blocks written after decode.
   uint64_t reroutes = 0;
   double wall_s = 0;     ///< Wall seconds of the replay.
   double setup_s = 0;    ///< Wall seconds building and stopping the cluster.

@@ -415,7 +415,15 @@ TEST_CASE("Oracle moves zero bytes and still leaves the exact KV") {
   CHECK_EQ(r.bytes_read_pe, 0u);
   CHECK_EQ(r.bytes_read_de, 0u);
   CHECK_EQ(r.bytes_compute_net, 0u);
-  CHECK_EQ(r.blocks_persisted, 0u);
+  // I/O is bypassed, caching is not: the block completed by the decoded
+  // tokens (15 prompt + 3 output = 4 full blocks) is stored at once, with
+  // the exact content, so the next turn hits it as in every other mode.
+  CHECK_EQ(r.blocks_persisted, 1u);
+  auto seq = tokens;
+  seq.insert(seq.end(), {1, 2, 3});
+  auto hashes = storage::block_hashes(seq, block_tokens);
+  REQUIRE_EQ(hashes.size(), 4u);
+  CHECK(stored_exact(*c.store, hashes[3]));
   CHECK_EQ(rep.bytes_moved, 0u);
   CHECK_EQ(c.pe.counters->blocks_read.load(), 0u);
   CHECK_EQ(c.de.counters->blocks_read.load(), 0u);

@@ -88,7 +88,16 @@ TEST_CASE("every mode completes with every block verified") {
     CHECK(m["verify_failures"].get<int>() == 0);
     CHECK(m["blocks_verified"].get<int>() > 0);
     CHECK(m["jct_s"].get<double>() > 0);
+    // The wall-clock health signal is sampled (a real timer is never
+    // exactly on time), not left at its initial 0.
+    CHECK(m["lag_p99_ms"].get<double>() > 0);
   }
+  // Oracle bypasses I/O, not caching: the blocks the other modes persist
+  // after decode are stored for it too, so no turn recomputes more.
+  CHECK(doc["modes"]["oracle"]["recomputed_blocks"].get<int>()
+        == doc["modes"]["basic"]["recomputed_blocks"].get<int>());
+  CHECK(doc["modes"]["oracle"]["blocks_persisted"].get<int>()
+        == doc["modes"]["basic"]["blocks_persisted"].get<int>());
   // Every mode verifies the same blocks: the whole prompt of every request.
   auto verified = doc["modes"]["basic"]["blocks_verified"].get<int>();
   for (auto mode : {"layerwise", "dualpath-rr", "dualpath", "oracle"})
@@ -116,6 +125,16 @@ TEST_CASE("every mode completes with every block verified") {
   CHECK(doc["ratios"].contains("dualpath_over_oracle_jct"));
   CHECK(doc["ratios"]["basic_over_dualpath_jct"].get<double>() > 0);
   CHECK(doc.contains("wall_s"));
+}
+
+TEST_CASE("one GPU per node: the lone engines still fetch and report") {
+  temp_dir dir;
+  auto doc = run_json(dir, {"--mode", "dualpath", "--set",
+                            "hardware.gpus_per_node=1", "--turns", "1"});
+  auto& m = doc["modes"]["dualpath"];
+  CHECK(m["failed_requests"].get<int>() == 0);
+  CHECK(m["requests"].get<int>() == doc["requests_per_mode"].get<int>());
+  CHECK(m["verify_failures"].get<int>() == 0);
 }
 
 TEST_CASE("the human report names every mode and the ratios") {

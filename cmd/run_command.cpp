@@ -15,26 +15,13 @@
 #include "actors/node/node_runtime.hpp"
 #include "actors/register.hpp"
 #include "cmd/command.hpp"
+#include "cmd/job_report.hpp"
 
 namespace dualpath::cmd {
 
 namespace {
 
 using namespace actors::cluster;
-
-const mode_report* find_mode(const std::vector<mode_report>& xs,
-                             const std::string& name) {
-  for (auto& x : xs)
-    if (x.mode == name)
-      return &x;
-  return nullptr;
-}
-
-double ratio(const mode_report* num, const mode_report* den) {
-  if (num == nullptr || den == nullptr || den->jct_s <= 0)
-    return 0;
-  return num->jct_s / den->jct_s;
-}
 
 // Writes data files and a gnuplot script into `dir`, then runs gnuplot.
 std::string
@@ -176,29 +163,15 @@ public:
             std::fprintf(stderr, "\n");
         }
       };
-    std::vector<double> rates;
-    {
-      std::stringstream in{sweep_};
-      std::string item;
-      while (std::getline(in, item, ',')) {
-        if (item.empty())
-          continue;
-        char* end = nullptr;
-        auto x = std::strtod(item.c_str(), &end);
-        if (end == item.c_str() || *end != '\0' || !(x > 0))
-          return inv.fail(name(),
-                          "--aps-sweep: '" + item
-                              + "' is not a positive number of agents per "
-                                "second",
-                          exit_usage);
-        rates.push_back(x);
-      }
-    }
+    auto parsed = parse_rates(sweep_);
+    if (!parsed)
+      return inv.fail(name(), error_text(parsed.error()), exit_usage);
+    auto rates = std::move(*parsed);
     caf::expected<job_result> res{job_result{}};
     if (!cluster_file_.empty()) {
       auto cf = actors::node::load_cluster(cluster_file_);
       if (!cf)
-        return inv.fail(name(), to_text(cf.error()), exit_usage);
+        return inv.fail(name(), error_text(cf.error()), exit_usage);
       if (!rates.empty())
         return inv.fail(name(), "--aps-sweep is not available with --cluster",
                         exit_usage);
@@ -210,51 +183,24 @@ public:
       auto& err = res.error();
       // Bad configuration or a bad trace file is bad input (2); anything
       // else is a failed run (1).
-      auto bad_input =
-          (err.category() == caf::atom("system")
-           && err.code() == static_cast<uint8_t>(caf::sec::invalid_argument))
-          || err.category() == caf::atom("dp_wkload")
-          || err.category() == caf::atom("dp_config");
+      auto bad_input = is_bad_input(err);
       auto status = bad_input ? exit_usage : exit_failure;
-      return inv.fail(name(), to_text(err), status);
+      return inv.fail(name(), error_text(err), status);
     }
-    std::vector<std::pair<double, job_result>> sweep;
+    sweep_results sweep;
     for (auto aps : rates) {
       auto o = opts;
       o.aps = aps;
       auto r = run_job(cfg, o);
       if (!r)
-        return inv.fail(name(), to_text(r.error()), exit_failure);
+        return inv.fail(name(), error_text(r.error()), exit_failure);
       sweep.emplace_back(aps, std::move(*r));
     }
     auto basic = find_mode(res->modes, "basic");
     auto dual = find_mode(res->modes, "dualpath");
     auto oracle = find_mode(res->modes, "oracle");
     if (inv.json()) {
-      nlohmann::json doc;
-      auto& jm = doc["modes"] = nlohmann::json::object();
-      for (auto& m : res->modes)
-        jm[m.mode] = to_json(m);
-      doc["ratios"] = {{"basic_over_dualpath_jct", ratio(basic, dual)},
-                       {"dualpath_over_oracle_jct", ratio(dual, oracle)}};
-      doc["wall_s"] = res->wall_s;
-      doc["populate_s"] = res->populate_s;
-      doc["byte_scale"] = res->byte_scale;
-      doc["time_scale"] = res->time_scale;
-      doc["agents"] = res->agents;
-      doc["requests_per_mode"] = res->requests_per_mode;
-      doc["mean_prompt_tokens"] = res->mean_prompt_tokens;
-      doc["mean_hit_share"] = res->mean_hit_share;
-      if (!sweep.empty()) {
-        auto& js = doc["aps_sweep"] = nlohmann::json::array();
-        for (auto& [aps, r] : sweep) {
-          nlohmann::json point{{"aps", aps}};
-          for (auto& m : r.modes)
-            point["modes"][m.mode] = to_json(m);
-          js.push_back(std::move(point));
-        }
-        doc["capacity_aps"] = capacity(sweep);
-      }
+      auto doc = job_json(*res, sweep);
       if (auto rc = inv.emit_json(doc); rc != exit_ok)
         return rc;
     }
@@ -315,33 +261,6 @@ public:
   }
 
 private:
-  static std::string to_text(const caf::error& err) {
-    // Config and trace errors carry the whole sentence; others get their
-    // subsystem's name in front.
-    auto cat = err.category();
-    if (cat == caf::atom("dp_config") || cat == caf::atom("dp_wkload")
-        || cat == caf::atom("system")) {
-      auto& ctx = err.context();
-      if (!ctx.empty() && ctx.match_element<std::string>(0))
-        return ctx.get_as<std::string>(0);
-    }
-    return actors::render(err);
-  }
-
-  // The highest swept rate at which >= 90% of a mode's requests meet the SLO.
-  static nlohmann::json
-  capacity(const std::vector<std::pair<double, job_result>>& sweep) {
-    nlohmann::json out = nlohmann::json::object();
-    for (auto& [aps, r] : sweep)
-      for (auto& m : r.modes) {
-        if (!out.contains(m.mode))
-          out[m.mode] = 0.0;
-        if (m.slo_attainment >= 0.9 && aps > out[m.mode].get<double>())
-          out[m.mode] = aps;
-      }
-    return out;
-  }
-
   std::string sweep_;
   std::string trace_file_;
   std::string plot_dir_;

@@ -12,6 +12,7 @@
 #include "actors/cluster/job.hpp"
 #include "actors/register.hpp"
 #include "cmd/command.hpp"
+#include "cmd/job_report.hpp"
 
 namespace dualpath::cmd {
 
@@ -20,20 +21,6 @@ namespace {
 using namespace actors::cluster;
 
 constexpr const char* not_verified = "not verified: simulated data plane";
-
-const mode_report* find_mode(const std::vector<mode_report>& xs,
-                             const std::string& name) {
-  for (auto& x : xs)
-    if (x.mode == name)
-      return &x;
-  return nullptr;
-}
-
-double ratio(const mode_report* num, const mode_report* den) {
-  if (num == nullptr || den == nullptr || den->jct_s <= 0)
-    return 0;
-  return num->jct_s / den->jct_s;
-}
 
 // The simulation's cost of one mode as JSON.
 nlohmann::json sim_json(const sim_mode_stats& s, double jct_s) {
@@ -107,42 +94,24 @@ public:
             std::fprintf(stderr, "\n");
         }
       };
-    std::vector<double> rates;
-    {
-      std::stringstream in{sweep_};
-      std::string item;
-      while (std::getline(in, item, ',')) {
-        if (item.empty())
-          continue;
-        char* end = nullptr;
-        auto x = std::strtod(item.c_str(), &end);
-        if (end == item.c_str() || *end != '\0' || !(x > 0))
-          return inv.fail(name(),
-                          "--aps-sweep: '" + item
-                              + "' is not a positive number of agents per "
-                                "second",
-                          exit_usage);
-        rates.push_back(x);
-      }
-    }
+    auto parsed = parse_rates(sweep_);
+    if (!parsed)
+      return inv.fail(name(), error_text(parsed.error()), exit_usage);
+    auto rates = std::move(*parsed);
     auto res = run_job(cfg, opts);
     if (!res) {
       auto& err = res.error();
-      auto bad_input =
-          (err.category() == caf::atom("system")
-           && err.code() == static_cast<uint8_t>(caf::sec::invalid_argument))
-          || err.category() == caf::atom("dp_wkload")
-          || err.category() == caf::atom("dp_config");
-      return inv.fail(name(), to_text(err),
+      auto bad_input = is_bad_input(err);
+      return inv.fail(name(), error_text(err),
                       bad_input ? exit_usage : exit_failure);
     }
-    std::vector<std::pair<double, job_result>> sweep;
+    sweep_results sweep;
     for (auto aps : rates) {
       auto o = opts;
       o.aps = aps;
       auto r = run_job(cfg, o);
       if (!r)
-        return inv.fail(name(), to_text(r.error()), exit_failure);
+        return inv.fail(name(), error_text(r.error()), exit_failure);
       sweep.emplace_back(aps, std::move(*r));
     }
     uint64_t events = 0;
@@ -156,39 +125,14 @@ public:
     auto dual = find_mode(res->modes, "dualpath");
     auto oracle = find_mode(res->modes, "oracle");
     if (inv.json()) {
-      nlohmann::json doc;
-      auto& jm = doc["modes"] = nlohmann::json::object();
-      for (size_t i = 0; i < res->modes.size(); ++i) {
-        auto& m = res->modes[i];
-        auto j = to_json(m);
-        if (i < res->sim.size())
-          j["sim"] = sim_json(res->sim[i], m.jct_s);
-        jm[m.mode] = std::move(j);
-      }
-      doc["ratios"] = {{"basic_over_dualpath_jct", ratio(basic, dual)},
-                       {"dualpath_over_oracle_jct", ratio(dual, oracle)}};
-      doc["wall_s"] = res->wall_s;
-      doc["populate_s"] = res->populate_s;
-      doc["byte_scale"] = res->byte_scale;
-      doc["time_scale"] = res->time_scale;
-      doc["agents"] = res->agents;
-      doc["requests_per_mode"] = res->requests_per_mode;
-      doc["mean_prompt_tokens"] = res->mean_prompt_tokens;
-      doc["mean_hit_share"] = res->mean_hit_share;
+      auto doc = job_json(*res, sweep);
+      for (size_t i = 0; i < res->modes.size() && i < res->sim.size(); ++i)
+        doc["modes"][res->modes[i].mode]["sim"] =
+            sim_json(res->sim[i], res->modes[i].jct_s);
       doc["data_plane"] = "modeled";
       doc["verification"] = not_verified;
       doc["sim_events"] = events;
       doc["sim_events_per_s"] = events_per_s;
-      if (!sweep.empty()) {
-        auto& js = doc["aps_sweep"] = nlohmann::json::array();
-        for (auto& [aps, r] : sweep) {
-          nlohmann::json point{{"aps", aps}};
-          for (auto& m : r.modes)
-            point["modes"][m.mode] = to_json(m);
-          js.push_back(std::move(point));
-        }
-        doc["capacity_aps"] = capacity(sweep);
-      }
       return inv.emit_json(doc);
     }
     auto& out = inv.out;
@@ -245,31 +189,6 @@ public:
   }
 
 private:
-  static std::string to_text(const caf::error& err) {
-    auto cat = err.category();
-    if (cat == caf::atom("dp_config") || cat == caf::atom("dp_wkload")
-        || cat == caf::atom("system")) {
-      auto& ctx = err.context();
-      if (!ctx.empty() && ctx.match_element<std::string>(0))
-        return ctx.get_as<std::string>(0);
-    }
-    return actors::render(err);
-  }
-
-  // The highest swept rate at which >= 90% of a mode's requests meet the SLO.
-  static nlohmann::json
-  capacity(const std::vector<std::pair<double, job_result>>& sweep) {
-    nlohmann::json out = nlohmann::json::object();
-    for (auto& [aps, r] : sweep)
-      for (auto& m : r.modes) {
-        if (!out.contains(m.mode))
-          out[m.mode] = 0.0;
-        if (m.slo_attainment >= 0.9 && aps > out[m.mode].get<double>())
-          out[m.mode] = aps;
-      }
-    return out;
-  }
-
   std::string sweep_;
   std::string trace_file_;
   bool quiet_ = false;

@@ -1,0 +1,110 @@
+#include "cmd/job_report.hpp"
+
+#include <cstdlib>
+#include <sstream>
+
+#include <caf/atom.hpp>
+#include <caf/sec.hpp>
+
+#include "actors/register.hpp"
+
+namespace dualpath::cmd {
+
+using actors::cluster::mode_report;
+
+const mode_report* find_mode(const std::vector<mode_report>& xs,
+                             const std::string& name) {
+  for (auto& x : xs)
+    if (x.mode == name)
+      return &x;
+  return nullptr;
+}
+
+double ratio(const mode_report* num, const mode_report* den) {
+  if (num == nullptr || den == nullptr || den->jct_s <= 0)
+    return 0;
+  return num->jct_s / den->jct_s;
+}
+
+caf::expected<std::vector<double>> parse_rates(const std::string& text) {
+  std::vector<double> rates;
+  std::stringstream in{text};
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    if (item.empty())
+      continue;
+    char* end = nullptr;
+    auto x = std::strtod(item.c_str(), &end);
+    if (end == item.c_str() || *end != '\0' || !(x > 0))
+      return caf::make_error(caf::sec::invalid_argument,
+                             "--aps-sweep: '" + item
+                                 + "' is not a positive number of agents "
+                                   "per second");
+    rates.push_back(x);
+  }
+  return rates;
+}
+
+std::string error_text(const caf::error& err) {
+  auto cat = err.category();
+  if (cat == caf::atom("dp_config") || cat == caf::atom("dp_wkload")
+      || cat == caf::atom("system")) {
+    auto& ctx = err.context();
+    if (!ctx.empty() && ctx.match_element<std::string>(0))
+      return ctx.get_as<std::string>(0);
+  }
+  return actors::render(err);
+}
+
+bool is_bad_input(const caf::error& err) {
+  return (err.category() == caf::atom("system")
+          && err.code() == static_cast<uint8_t>(caf::sec::invalid_argument))
+         || err.category() == caf::atom("dp_wkload")
+         || err.category() == caf::atom("dp_config");
+}
+
+nlohmann::json capacity(const sweep_results& sweep) {
+  nlohmann::json out = nlohmann::json::object();
+  for (auto& [aps, r] : sweep)
+    for (auto& m : r.modes) {
+      if (!out.contains(m.mode))
+        out[m.mode] = 0.0;
+      if (m.slo_attainment >= 0.9 && aps > out[m.mode].get<double>())
+        out[m.mode] = aps;
+    }
+  return out;
+}
+
+nlohmann::json job_json(const actors::cluster::job_result& res,
+                        const sweep_results& sweep) {
+  nlohmann::json doc;
+  auto& jm = doc["modes"] = nlohmann::json::object();
+  for (auto& m : res.modes)
+    jm[m.mode] = actors::cluster::to_json(m);
+  auto basic = find_mode(res.modes, "basic");
+  auto dual = find_mode(res.modes, "dualpath");
+  auto oracle = find_mode(res.modes, "oracle");
+  doc["ratios"] = {{"basic_over_dualpath_jct", ratio(basic, dual)},
+                   {"dualpath_over_oracle_jct", ratio(dual, oracle)}};
+  doc["wall_s"] = res.wall_s;
+  doc["populate_s"] = res.populate_s;
+  doc["byte_scale"] = res.byte_scale;
+  doc["time_scale"] = res.time_scale;
+  doc["agents"] = res.agents;
+  doc["requests_per_mode"] = res.requests_per_mode;
+  doc["mean_prompt_tokens"] = res.mean_prompt_tokens;
+  doc["mean_hit_share"] = res.mean_hit_share;
+  if (!sweep.empty()) {
+    auto& js = doc["aps_sweep"] = nlohmann::json::array();
+    for (auto& [aps, r] : sweep) {
+      nlohmann::json point{{"aps", aps}};
+      for (auto& m : r.modes)
+        point["modes"][m.mode] = actors::cluster::to_json(m);
+      js.push_back(std::move(point));
+    }
+    doc["capacity_aps"] = capacity(sweep);
+  }
+  return doc;
+}
+
+} // namespace dualpath::cmd

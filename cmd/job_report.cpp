@@ -12,6 +12,27 @@ namespace dualpath::cmd {
 
 using actors::cluster::mode_report;
 
+void job_flags::add(CLI::App& app, key_flags& flags) {
+  flags.add(app, "--agents", "workload.agents");
+  flags.add(app, "--turns", "run.turns");
+  flags.add(app, "--prefill-nodes", "run.prefill_nodes");
+  flags.add(app, "--decode-nodes", "run.decode_nodes");
+  flags.add(app, "--mode", "run.modes");
+  flags.add(app, "--aps", "run.aps");
+  flags.add(app, "--time-scale", "run.time_scale");
+  flags.add(app, "--byte-scale", "run.byte_scale");
+  app.add_option("--aps-sweep", sweep,
+                 "Comma-separated agent arrival rates: runs each mode at "
+                 "each rate and reports each mode's capacity under the SLO "
+                 "(TTFT <= 4 s, TPOT <= 50 ms for 90% of requests).")
+      ->type_name("A,B,...");
+  app.add_option("--trace-file", trace_file,
+                 "Replay this JSON-lines trace instead of generating one "
+                 "(docs/workload.md).")
+      ->type_name("FILE");
+  app.add_flag("--quiet", quiet, "No progress line.");
+}
+
 const mode_report* find_mode(const std::vector<mode_report>& xs,
                              const std::string& name) {
   for (auto& x : xs)

@@ -1,7 +1,7 @@
-// What `dualpath run` and `dualpath sim` share around a job: parsing
-// --aps-sweep, classifying and rendering a job's error, and the JSON report
-// (modes, ratios, job facts, the sweep and each mode's capacity under the
-// SLO). Pure functions; no state.
+// What `dualpath run` and `dualpath sim` share around a job: their common
+// options, parsing --aps-sweep, classifying and rendering a job's error, and
+// the JSON report (modes, ratios, job facts, the sweep and each mode's capacity
+// under the SLO). Pure functions; no state.
 #pragma once
 
 #include <string>
@@ -13,11 +13,22 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/cluster/job.hpp"
+#include "cmd/command.hpp"
 
 namespace dualpath::cmd {
 
 using sweep_results =
     std::vector<std::pair<double, actors::cluster::job_result>>;
+
+/// The options `run` and `sim` both take: the workload and cluster shape
+/// keys, --aps-sweep, --trace-file and --quiet.
+struct job_flags {
+  std::string sweep;
+  std::string trace_file;
+  bool quiet = false;
+
+  void add(CLI::App& app, key_flags& flags);
+};
 
 /// The mode named `name` in `xs`, or null.
 const actors::cluster::mode_report*

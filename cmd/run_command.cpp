@@ -108,30 +108,13 @@ public:
   }
 
   void add_options(CLI::App& app, key_flags& flags) override {
-    flags.add(app, "--agents", "workload.agents");
-    flags.add(app, "--turns", "run.turns");
-    flags.add(app, "--prefill-nodes", "run.prefill_nodes");
-    flags.add(app, "--decode-nodes", "run.decode_nodes");
-    flags.add(app, "--mode", "run.modes");
-    flags.add(app, "--aps", "run.aps");
-    flags.add(app, "--time-scale", "run.time_scale");
-    flags.add(app, "--byte-scale", "run.byte_scale");
-    app.add_option("--aps-sweep", sweep_,
-                   "Comma-separated agent arrival rates: runs each mode at "
-                   "each rate and reports each mode's capacity under the SLO "
-                   "(TTFT <= 4 s, TPOT <= 50 ms for 90% of requests).")
-        ->type_name("A,B,...");
-    app.add_option("--trace-file", trace_file_,
-                   "Replay this JSON-lines trace instead of generating one "
-                   "(docs/workload.md).")
-        ->type_name("FILE");
+    job_.add(app, flags);
     flags.add(app, "--store-dir", "storage.dir");
     app.add_option("--plot-dir", plot_dir_,
                    "Write PNG plots (gnuplot) and their data here.")
         ->type_name("DIR");
     flags.add(app, "--trace", "observe.trace_file");
     flags.add(app, "--metrics-port", "observe.metrics_port");
-    app.add_flag("--quiet", quiet_, "No progress line.");
     app.add_option("--cluster", cluster_file_,
                    "Drive a running deployment (`dualpath node` processes "
                    "of this cluster file) instead of an embedded cluster: "
@@ -150,9 +133,9 @@ public:
     opts.turns = static_cast<uint32_t>(cfg.integer("run.turns"));
     opts.aps = cfg.real("run.aps");
     opts.wall_limit = std::chrono::seconds(cfg.integer("run.wall_limit_s"));
-    if (!trace_file_.empty())
-      opts.trace_file = trace_file_;
-    if (!quiet_)
+    if (!job_.trace_file.empty())
+      opts.trace_file = job_.trace_file;
+    if (!job_.quiet)
       opts.progress = [](const std::string& mode, uint64_t done,
                          uint64_t total) {
         if (done % 16 == 0 || done == total) {
@@ -163,7 +146,7 @@ public:
             std::fprintf(stderr, "\n");
         }
       };
-    auto parsed = parse_rates(sweep_);
+    auto parsed = parse_rates(job_.sweep);
     if (!parsed)
       return inv.fail(name(), error_text(parsed.error()), exit_usage);
     auto rates = std::move(*parsed);
@@ -261,11 +244,9 @@ public:
   }
 
 private:
-  std::string sweep_;
-  std::string trace_file_;
+  job_flags job_;
   std::string plot_dir_;
   std::string cluster_file_;
-  bool quiet_ = false;
 };
 
 } // namespace

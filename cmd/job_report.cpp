@@ -1,5 +1,6 @@
 #include "cmd/job_report.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -31,6 +32,24 @@ void job_flags::add(CLI::App& app, key_flags& flags) {
                  "(docs/workload.md).")
       ->type_name("FILE");
   app.add_flag("--quiet", quiet, "No progress line.");
+}
+
+void job_flags::apply(actors::cluster::job_options& opts,
+                      const std::string& prefix, uint64_t every) const {
+  if (!trace_file.empty())
+    opts.trace_file = trace_file;
+  if (quiet)
+    return;
+  opts.progress = [prefix, every](const std::string& mode, uint64_t done,
+                                  uint64_t total) {
+    if (done % every == 0 || done == total) {
+      std::fprintf(stderr, "\r[%s%s] requests %llu/%llu   ", prefix.c_str(),
+                   mode.c_str(), static_cast<unsigned long long>(done),
+                   static_cast<unsigned long long>(total));
+      if (done == total)
+        std::fprintf(stderr, "\n");
+    }
+  };
 }
 
 const mode_report* find_mode(const std::vector<mode_report>& xs,

@@ -28,6 +28,11 @@ struct job_flags {
   bool quiet = false;
 
   void add(CLI::App& app, key_flags& flags);
+
+  /// Sets opts.trace_file and, unless --quiet, a progress line on stderr
+  /// ("[<prefix><mode>] requests done/total", every `every` requests).
+  void apply(actors::cluster::job_options& opts, const std::string& prefix,
+             uint64_t every) const;
 };
 
 /// The mode named `name` in `xs`, or null.

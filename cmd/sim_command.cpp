@@ -64,19 +64,7 @@ public:
     opts.aps = cfg.real("run.aps");
     opts.wall_limit = std::chrono::seconds(cfg.integer("run.wall_limit_s"));
     opts.simulate = true;
-    if (!job_.trace_file.empty())
-      opts.trace_file = job_.trace_file;
-    if (!job_.quiet)
-      opts.progress = [](const std::string& mode, uint64_t done,
-                         uint64_t total) {
-        if (done % 256 == 0 || done == total) {
-          std::fprintf(stderr, "\r[sim %s] requests %llu/%llu   ", mode.c_str(),
-                       static_cast<unsigned long long>(done),
-                       static_cast<unsigned long long>(total));
-          if (done == total)
-            std::fprintf(stderr, "\n");
-        }
-      };
+    job_.apply(opts, "sim ", 256);
     auto parsed = parse_rates(job_.sweep);
     if (!parsed)
       return inv.fail(name(), error_text(parsed.error()), exit_usage);

@@ -91,6 +91,14 @@ public:
 
   /// Creates directory `dir` if absent (its parent must exist).
   virtual caf::error make_dir(const std::string& dir) = 0;
+
+  /// Whether a write keeps the payload. A backend that keeps only the
+  /// header (the modeled one) is given header-only images of generated
+  /// blocks (block_store::write_generated, populate), which saves filling
+  /// the KV content nobody reads.
+  virtual bool keeps_payload() const {
+    return true;
+  }
 };
 
 using backend_ptr = std::shared_ptr<storage_backend>;

@@ -129,8 +129,10 @@ caf::error verify_layer(const block_header& hdr, const kv_geometry& geo,
   return caf::none;
 }
 
-caf::error seal_block(const kv_geometry& geo, const std::string& model_id,
-                      block_hash hash, block_hash parent, std::byte* file) {
+namespace {
+
+block_header header_of(const kv_geometry& geo, const std::string& model_id,
+                       block_hash hash, block_hash parent) {
   block_header hdr;
   hdr.model_id = model_id;
   hdr.hash = hash;
@@ -138,6 +140,22 @@ caf::error seal_block(const kv_geometry& geo, const std::string& model_id,
   hdr.tokens = geo.block_tokens;
   hdr.layers = geo.layers;
   hdr.bytes_per_token_layer = geo.bytes_per_token_layer;
+  return hdr;
+}
+
+} // namespace
+
+caf::error make_block_header(const kv_geometry& geo,
+                             const std::string& model_id, block_hash hash,
+                             block_hash parent, std::byte* file) {
+  auto hdr = header_of(geo, model_id, hash, parent);
+  hdr.layer_checksums.assign(geo.layers, 0);
+  return encode_header(hdr, file);
+}
+
+caf::error seal_block(const kv_geometry& geo, const std::string& model_id,
+                      block_hash hash, block_hash parent, std::byte* file) {
+  auto hdr = header_of(geo, model_id, hash, parent);
   for (uint32_t l = 0; l < geo.layers; ++l)
     hdr.layer_checksums.push_back(
         layer_checksum(file + geo.layer_offset(l), geo.layer_bytes()));

@@ -171,12 +171,18 @@ caf::error block_store::write(block_hash hash, block_hash parent,
   return caf::none;
 }
 
+caf::error block_store::generate(block_hash hash, block_hash parent,
+                                 std::byte* file) const {
+  if (!backend_->keeps_payload())
+    return make_block_header(cfg_.geometry, cfg_.model_id, hash, parent, file);
+  return make_block(cfg_.geometry, cfg_.model_id, hash, parent, file);
+}
+
 caf::error block_store::write_generated(block_hash hash, block_hash parent) {
   auto buf = aligned_buffer::make(cfg_.geometry.file_bytes());
   if (!buf)
     return std::move(buf.error());
-  if (auto err =
-          make_block(cfg_.geometry, cfg_.model_id, hash, parent, buf->data()))
+  if (auto err = generate(hash, parent, buf->data()))
     return err;
   return write(hash, parent, buf->data());
 }
@@ -295,8 +301,7 @@ populate(block_store& store, const std::vector<std::vector<uint32_t>>& seqs) {
       if (store.contains(h)) {
         ++stats.present;
       } else {
-        if (auto err = make_block(geo, store.config().model_id, h, parent,
-                                  buf->data()))
+        if (auto err = store.generate(h, parent, buf->data()))
           return err;
         if (auto err = store.write(h, parent, buf->data()))
           return err;

@@ -107,6 +107,12 @@ public:
   /// Writes block `hash` with the deterministic KV content.
   caf::error write_generated(block_hash hash, block_hash parent);
 
+  /// The file image write_generated writes (geometry().file_bytes() bytes):
+  /// make_block, or only the header when the backend keeps no payload
+  /// (storage_backend::keeps_payload()).
+  caf::error generate(block_hash hash, block_hash parent,
+                      std::byte* file) const;
+
   // -- reads ------------------------------------------------------------------
 
   /// Reads the whole file of block `hash` into `file` (geometry().file_bytes()

@@ -29,6 +29,10 @@ public:
     return 1;
   }
 
+  bool keeps_payload() const override {
+    return false;
+  }
+
   std::vector<read_result> read(const std::vector<read_op>& ops,
                                 io_mode) override {
     std::vector<read_result> out;

@@ -27,7 +27,11 @@ nlohmann::json sim_json(const sim_mode_stats& s, double jct_s) {
   auto links = nlohmann::json::object();
   for (auto& l : s.links)
     links[l.link] = {{"mean_util", l.mean_util}, {"max_util", l.max_util}};
+  auto by_actor = nlohmann::json::object();
+  for (auto& [actor, n] : s.jobs_by_actor)
+    by_actor[actor] = n;
   return {{"links", links},
+          {"events_by_actor", by_actor},
           {"events", s.events},
           {"timeouts", s.timeouts},
           {"wall_s", s.wall_s},

@@ -111,6 +111,8 @@ struct sim_mode_stats {
   double wall_s = 0;            ///< Wall seconds of the replay.
   double scheduler_cpu_s = 0;   ///< CPU seconds in the scheduler's handlers.
   std::vector<link_load> links; ///< Link utilisation by class.
+  /// Jobs by actor name, most first (where the simulation spends events).
+  std::vector<std::pair<std::string, uint64_t>> jobs_by_actor;
 };
 
 struct job_result {

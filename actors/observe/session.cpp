@@ -209,6 +209,11 @@ std::shared_ptr<void> session::watch(const std::vector<node_ptr>& nodes,
   return h;
 }
 
+bool session::observed() const {
+  return server_ != nullptr || timeline_ != nullptr
+         || opts_.snapshot_period.count() > 0;
+}
+
 uint16_t session::metrics_port() const {
   return server_ ? server_->port() : 0;
 }

@@ -87,6 +87,10 @@ public:
   /// The endpoint's port (0: none).
   uint16_t metrics_port() const;
 
+  /// Whether anything can see what hooks record: a metrics endpoint, a
+  /// timeline file or periodic snapshots to observers.
+  bool observed() const;
+
   /// Writes the timeline (if configured).
   caf::error finish();
 

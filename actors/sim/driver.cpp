@@ -1,9 +1,13 @@
 #include "actors/sim/driver.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <ctime>
+#include <map>
+#include <unordered_map>
 
 #include <caf/actor_cast.hpp>
+#include <caf/local_actor.hpp>
 #include <caf/resumable.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 
@@ -18,6 +22,14 @@ std::atomic<uint64_t> timeouts_fired{0};
 caf::actor watched_actor;
 const caf::resumable* watched_job = nullptr;
 std::atomic<int64_t> watched_ns{0};
+
+// Jobs per actor name; the key is the name's storage (names are static).
+std::unordered_map<const char*, uint64_t> jobs_per_name;
+
+void count_job(const caf::resumable* job) {
+  auto* a = dynamic_cast<const caf::local_actor*>(job);
+  ++jobs_per_name[a != nullptr ? a->name() : "(not an actor)"];
+}
 
 int64_t thread_cpu_ns() {
   timespec ts{};
@@ -56,6 +68,8 @@ run_outcome run_until(caf::actor_system& sys, const std::function<bool()>& done,
   uint64_t timeouts = 0;
   auto result = run_outcome::done;
   while (!done()) {
+    if (c->has_job())
+      count_job(c->jobs.front());
     if (watched_job != nullptr && c->has_job()
         && c->jobs.front() == watched_job) {
       auto t0 = thread_cpu_ns();
@@ -94,6 +108,21 @@ void watch(const caf::actor& actor) {
 
 double watched_cpu_seconds() {
   return static_cast<double>(watched_ns.load()) / 1e9;
+}
+
+std::vector<std::pair<std::string, uint64_t>> jobs_by_actor() {
+  std::map<std::string, uint64_t> merged; // equal names, other storage
+  for (auto& [name, n] : jobs_per_name)
+    merged[name] += n;
+  std::vector<std::pair<std::string, uint64_t>> out(merged.begin(),
+                                                    merged.end());
+  std::stable_sort(out.begin(), out.end(),
+                   [](auto& x, auto& y) { return x.second > y.second; });
+  return out;
+}
+
+void reset_jobs_by_actor() {
+  jobs_per_name.clear();
 }
 
 event_counts events() {

@@ -19,6 +19,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -64,6 +67,14 @@ struct event_counts {
 };
 
 event_counts events();
+
+/// Jobs run by run_until since the last reset, by actor name
+/// (abstract_actor::name(): the state's `name` for stateful actors), most
+/// first. Deterministic for a given input, like every other count here.
+std::vector<std::pair<std::string, uint64_t>> jobs_by_actor();
+
+/// Restarts jobs_by_actor() at zero.
+void reset_jobs_by_actor();
 
 /// Measures the CPU time (this thread's CPU clock) of every job of `actor`
 /// that run_until runs from now on, replacing an earlier watch; an empty

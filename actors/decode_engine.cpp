@@ -11,6 +11,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/bulk_post.hpp"
 #include "actors/engine_timing.hpp"
 #include "actors/kv_layout.hpp"
 #include "actors/layer_streamer.hpp"
@@ -129,6 +130,16 @@ remote_region buffer_region(const decode_state& st) {
 void try_finish(self_ptr self, uint64_t id);
 void try_admit(self_ptr self);
 void try_gpu(self_ptr self);
+engine_load own_load(self_ptr self);
+
+// seq_e, tok_e and free HBM change only where requests are admitted,
+// placed on the GPU or removed, and each of those ends in try_admit() or
+// try_gpu().
+void publish_load(self_ptr self) {
+  auto& node = self->state.cfg.node;
+  if (node && node->loads)
+    node->loads->publish(own_load(self));
+}
 
 // Observation (null hooks: nothing): a span of request `id` on this engine's
 // track ("gpu<rank>") or its compute NIC's ("cnic<rank>"), emulated ns.
@@ -146,9 +157,12 @@ void on_de_read(self_ptr self, uint64_t id, read_completion c) {
   auto& st = self->state;
   auto i = st.requests.find(id);
   auto& cfg = st.cfg;
+  lease_release done;
+  for (auto& l : c.leases)
+    done.lease_ids.push_back(l.lease_id);
   if (i == st.requests.end()) {
-    for (auto& l : c.leases)
-      self->send(cfg.node->reader, release_atom_v, l.lease_id);
+    if (!done.lease_ids.empty())
+      self->send(cfg.node->reader, release_atom_v, std::move(done));
     return;
   }
   auto& r = i->second;
@@ -156,17 +170,19 @@ void on_de_read(self_ptr self, uint64_t id, read_completion c) {
   const uint64_t block_layer = uint64_t{bt} * bpt(cfg);
   for (auto& l : c.leases) {
     auto src = lease_payload(l, block_layer * cfg.model.layers);
-    if (uint64_t{l.block_index + 1} * bt <= r.tokens)
+    if (cfg.real_bytes && uint64_t{l.block_index + 1} * bt <= r.tokens)
       for (uint32_t layer = 0; layer < cfg.model.layers; ++layer)
         std::memcpy(
             slot_ptr(self, r)
                 + slot_offset(layer, r.tokens, l.block_index * bt, bpt(cfg)),
             src + layer * block_layer, block_layer);
-    self->send(cfg.node->reader, release_atom_v, l.lease_id);
     r.result.bytes_read_de += block_layer * cfg.model.layers
                               / std::max<uint64_t>(bpt(cfg), 1)
                               * cfg.model.nominal_bytes_per_token_layer;
   }
+  // The blocks are in the request's slot now: one release for all.
+  if (!done.lease_ids.empty())
+    self->send(cfg.node->reader, release_atom_v, std::move(done));
   r.de_read = std::move(c);
   r.read_done = true;
   for (auto& rp : r.load_waiters)
@@ -239,11 +255,12 @@ void try_admit(self_ptr self) {
     }
     auto off = st.slots.allocate(bytes);
     if (!off)
-      return; // wait for a slot to be freed
+      break; // wait for a slot to be freed
     auto item = std::move(st.admissions.front());
     st.admissions.pop_front();
     start(self, std::move(item.first), std::move(item.second), *off, bytes);
   }
+  publish_load(self);
 }
 
 void try_finish(self_ptr self, uint64_t id) {
@@ -341,23 +358,26 @@ void try_gpu(self_ptr self) {
       if (!buf) {
         if (buf.error() == gpu::gpu_errc::budget_exceeded
             && cfg.device->bytes_allocated() > 0)
-          return; // wait for another request's GPU memory
+          break; // wait for another request's GPU memory
         // Cannot ever fit: decode without the copy, counting it as failed.
         r.result.verify_failures += 1;
       } else {
         r.gpu = std::move(*buf);
-        auto err = cfg.device->copy_h2d(
-            st.pinned, r.gpu, {gpu::copy_chunk{r.slot_offset, 0, r.slot_bytes}},
-            st.stream);
-        if (!err)
-          err = cfg.device->synchronize(st.stream);
-        if (err)
-          r.result.verify_failures += 1;
+        if (cfg.real_bytes) {
+          auto err = cfg.device->copy_h2d(
+              st.pinned, r.gpu,
+              {gpu::copy_chunk{r.slot_offset, 0, r.slot_bytes}}, st.stream);
+          if (!err)
+            err = cfg.device->synchronize(st.stream);
+          if (err)
+            r.result.verify_failures += 1;
+        }
       }
     }
     st.gpu_wait.pop_front();
     start_decode(self, r);
   }
+  publish_load(self);
 }
 
 void send_done(self_ptr self, uint64_t id) {
@@ -405,7 +425,9 @@ void pump_persist(self_ptr self) {
   const uint64_t block_layer = uint64_t{bt} * bpt(cfg);
   std::byte* dst = st.memory.get() + st.persist_offset;
   bool copied = false;
-  if (job.from_gpu && r.gpu.valid()) {
+  if (!cfg.real_bytes) {
+    copied = true; // modeled data plane: the reader generates the block
+  } else if (job.from_gpu && r.gpu.valid()) {
     // GPU -> host DRAM: the block's Layer Blocks out of the layer-major KV.
     std::vector<gpu::copy_chunk> chunks;
     for (uint32_t l = 0; l < cfg.model.layers; ++l)
@@ -420,7 +442,9 @@ void pump_persist(self_ptr self) {
   if (!copied)
     for (uint32_t l = 0; l < cfg.model.layers; ++l)
       storage::kv_fill_layer(job.hash, l, bt, bpt(cfg), dst + l * block_layer);
-  auto source = buffer_region(st).subrange(st.persist_offset, st.payload_bytes);
+  auto source = cfg.real_bytes ? buffer_region(st).subrange(st.persist_offset,
+                                                            st.payload_bytes)
+                               : caf::expected<remote_region>{remote_region{}};
   st.persist_busy = true;
   auto done = [self, job](bool ok) {
     auto& st = self->state;
@@ -520,6 +544,19 @@ void report(self_ptr self) {
   g->group = cfg.group;
   g->role = engine_role::decode;
   g->engines.push_back(own_load(self));
+  auto board = cfg.node ? cfg.node->loads : nullptr;
+  if (board) {
+    // Every load as last published (no messages); the read queue too.
+    auto q = board->read_queue();
+    g->engines.front().read_q_tokens = q.tokens;
+    g->engines.front().read_q_bytes = q.bytes;
+    auto others = board->others(cfg.id.rank);
+    g->engines.insert(g->engines.end(), others.begin(), others.end());
+    self->send(caf::actor_cast<scheduler_actor>(cfg.scheduler), report_atom_v,
+               std::move(*g));
+    schedule_report(self);
+    return;
+  }
   auto me = caf::actor_cast<caf::actor>(self);
   auto left = std::make_shared<size_t>(0);
   std::vector<caf::actor> members;
@@ -548,6 +585,20 @@ void report(self_ptr self) {
               if (--*left == 0)
                 done();
             });
+}
+
+// A push's bulk batch completed: answer the prefill engine's push request.
+void on_pushed(self_ptr self, uint64_t tag, const std::string& error) {
+  auto& st = self->state;
+  auto i = st.pushes.find(tag);
+  if (i == st.pushes.end())
+    return;
+  if (error.empty())
+    i->second.rp.deliver(i->second.reply);
+  else
+    i->second.rp.deliver(caf::make_error(transport::transport_errc::peer_lost,
+                                         "push failed: " + error));
+  st.pushes.erase(i);
 }
 
 caf::error setup(decode_state& st) {
@@ -627,6 +678,7 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
   if ((c.group_leader || (c.id.rank == 0 && !c.group_members.empty()))
       && c.scheduler)
     schedule_report(self);
+  publish_load(self);
   return {
       [self](admit_atom, assignment& a) -> caf::result<decode_slot> {
         auto& st = self->state;
@@ -703,23 +755,19 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
                 + slot_offset(p.layer, r.tokens, p.first_token, bpt(cfg)),
             p.destination});
         auto hdl = caf::actor_cast<caf::actor>(self);
-        cfg.node->bulk->post(std::move(b), [hdl, tag](bulk::completion c) {
-          caf::anon_send(hdl, pushed_atom_v, tag,
-                         c.error ? caf::to_string(c.error) : std::string{});
-        });
+        auto early = post_or_complete(
+            *cfg.node->bulk, std::move(b), [hdl, tag](bulk::completion c) {
+              caf::anon_send(hdl, pushed_atom_v, tag,
+                             c.error ? caf::to_string(c.error) : std::string{});
+            });
+        if (early)
+          on_pushed(self, tag,
+                    early->error ? caf::to_string(early->error)
+                                 : std::string{});
         return rp;
       },
       [self](pushed_atom, uint64_t tag, std::string& error) {
-        auto& st = self->state;
-        auto i = st.pushes.find(tag);
-        if (i == st.pushes.end())
-          return;
-        if (error.empty())
-          i->second.rp.deliver(i->second.reply);
-        else
-          i->second.rp.deliver(caf::make_error(
-              transport::transport_errc::peer_lost, "push failed: " + error));
-        st.pushes.erase(i);
+        on_pushed(self, tag, error);
       },
       [self](prefilled_atom, const prefill_summary& s) {
         auto& st = self->state;

@@ -19,6 +19,7 @@
 #include <caf/actor.hpp>
 
 #include "actors/emulation.hpp"
+#include "actors/load_board.hpp"
 #include "actors/messages.hpp"
 #include "actors/observe/hooks.hpp"
 #include "actors/observer_actor.hpp"
@@ -96,6 +97,9 @@ struct node_resources {
   storage_reader_actor reader;
   /// The shared block store (all nodes see the same storage).
   std::shared_ptr<transport::storage::block_store> store;
+  /// The loads of the node's engines and its read queue, read by the group
+  /// leader at each tick. Null: the leader asks every member by message.
+  std::shared_ptr<load_board> loads;
 };
 
 using node_ptr = std::shared_ptr<node_resources>;
@@ -137,6 +141,11 @@ struct engine_config {
   /// when the data plane is modeled (`dualpath sim`: no byte moves, so
   /// blocks_verified stays 0).
   bool verify_kv = true;
+  /// Whether KV bytes are produced, copied and persisted for real; false
+  /// when the data plane is modeled (`dualpath sim`): engines skip every
+  /// fill, memcpy and device copy and persist blocks without source bytes.
+  /// Link, storage-NIC and compute times are the same either way.
+  bool real_bytes = true;
   /// Where results and fetches go.
   caf::actor scheduler;
   /// Optional: receives snapshots and events.

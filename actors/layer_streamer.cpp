@@ -11,6 +11,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/bulk_post.hpp"
 #include "actors/decode_engine_actor.hpp"
 #include "actors/engine_timing.hpp"
 #include "actors/kv_layout.hpp"
@@ -77,8 +78,14 @@ struct streamer_state {
 
 using self_ptr = caf::stateful_actor<streamer_state>*;
 
+// Whether the mode moves KV at all (timing); Oracle assumes it resident.
 bool moves_bytes(const engine_config& cfg) {
   return cfg.mode != load_mode::oracle;
+}
+
+// Whether real bytes are copied too (not on a modeled data plane).
+bool copies_bytes(const engine_config& cfg) {
+  return moves_bytes(cfg) && cfg.real_bytes;
 }
 
 uint64_t bpt(const engine_config& cfg) {
@@ -97,6 +104,8 @@ uint64_t staging_offset(const active_batch& b, const engine_config& cfg,
 }
 
 void advance(self_ptr self);
+void on_pushed(self_ptr self, const layer_ready& r);
+void on_sent(self_ptr self, uint32_t l, uint64_t bytes, std::string error);
 
 // Observation (null hooks: nothing): one span per request of the batch on
 // this engine's track ("gpu<rank>") or a direction of its compute NIC
@@ -193,11 +202,13 @@ void start_load(self_ptr self, uint32_t l) {
     for (auto& lease : item.hits) {
       if (lease.block_index >= item.pe_side_blocks)
         continue;
-      auto src = lease_payload(lease, payload) + l * block_layer_bytes;
-      std::memcpy(
-          st.staging->memory.get()
-              + staging_offset(b, cfg, l, i, uint64_t{lease.block_index} * bt),
-          src, block_layer_bytes);
+      if (cfg.real_bytes) {
+        auto src = lease_payload(lease, payload) + l * block_layer_bytes;
+        std::memcpy(st.staging->memory.get()
+                        + staging_offset(b, cfg, l, i,
+                                         uint64_t{lease.block_index} * bt),
+                    src, block_layer_bytes);
+      }
       local_nominal += uint64_t{bt} * cfg.model.nominal_bytes_per_token_layer;
     }
   }
@@ -237,7 +248,7 @@ void start_load(self_ptr self, uint32_t l) {
             [self, batch_id](layer_ready& r) {
               if (self->state.batch
                   && self->state.batch->plan.batch_id == batch_id)
-                self->send(self, layer_atom_v, std::move(r));
+                on_pushed(self, r);
             },
             [self](caf::error& err) { fail(self, std::move(err)); });
   }
@@ -278,7 +289,7 @@ void on_loaded(self_ptr self, uint32_t l) {
   auto& st = self->state;
   auto& b = *st.batch;
   auto& cfg = st.cfg;
-  if (moves_bytes(cfg)) {
+  if (copies_bytes(cfg)) {
     std::vector<gpu::copy_chunk> chunks;
     for (size_t i = 0; i < b.plan.items.size(); ++i) {
       auto& item = b.plan.items[i];
@@ -304,7 +315,7 @@ void on_computed(self_ptr self, uint32_t l) {
   auto& b = *st.batch;
   auto& cfg = st.cfg;
   auto& lay = b.layers[l];
-  if (moves_bytes(cfg)) {
+  if (copies_bytes(cfg)) {
     std::vector<gpu::copy_chunk> chunks;
     for (size_t i = 0; i < b.plan.items.size(); ++i) {
       auto& item = b.plan.items[i];
@@ -397,13 +408,23 @@ void start_send(self_ptr self, uint32_t l) {
   lay.pending_sends = static_cast<uint32_t>(batches.size());
   auto hdl = caf::actor_cast<caf::actor>(self);
   auto batch_id = b.plan.batch_id;
+  std::vector<bulk::completion> early; // completed inside post()
   for (auto& kv : batches) {
     kv.second.tag = (batch_id << 16) | l;
-    node.bulk->post(
-        std::move(kv.second), [hdl, batch_id, l](bulk::completion c) {
+    auto c = post_or_complete(
+        *node.bulk, std::move(kv.second),
+        [hdl, batch_id, l](bulk::completion c) {
           caf::anon_send(hdl, sent_atom_v, batch_id, l, c.bytes,
                          c.error ? caf::to_string(c.error) : std::string{});
         });
+    if (c)
+      early.push_back(std::move(*c));
+  }
+  for (auto& c : early) {
+    if (!st.batch || st.batch->plan.batch_id != batch_id)
+      return; // the batch failed meanwhile
+    on_sent(self, l, c.bytes,
+            c.error ? caf::to_string(c.error) : std::string{});
   }
 }
 

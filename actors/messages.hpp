@@ -407,6 +407,17 @@ typename Inspector::result_type inspect(Inspector& f, prefill_summary& x) {
            x.recomputed_blocks, x.bytes_read_pe);
 }
 
+/// Leases handed back to a storage reader at once (one message for all the
+/// blocks of a finished read; unknown or already released ids are ignored).
+struct lease_release {
+  std::vector<uint64_t> lease_ids;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, lease_release& x) {
+  return f(caf::meta::type_name("lease_release"), x.lease_ids);
+}
+
 // -- bulk transport endpoint
 // ----------------------------------------------------
 

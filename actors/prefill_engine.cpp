@@ -86,8 +86,8 @@ void release_leases(self_ptr self, const std::vector<uint64_t>& leases) {
   auto& reader = self->state.cfg.node->reader;
   if (!reader)
     return;
-  for (auto id : leases)
-    self->send(reader, release_atom_v, id);
+  if (!leases.empty())
+    self->send(reader, release_atom_v, lease_release{leases});
 }
 
 // Removes job `id` (done or failed): frees its leases and its share of
@@ -327,6 +327,15 @@ void start_job(self_ptr self, job& j) {
   }
 }
 
+engine_load own_load(self_ptr self);
+
+// seq_e / tok_e change only where jobs come and go, and both end in pump().
+void publish_load(self_ptr self) {
+  auto& node = self->state.cfg.node;
+  if (node && node->loads)
+    node->loads->publish(own_load(self));
+}
+
 // Starts the jobs inside the look-ahead window, then the admissions.
 void pump(self_ptr self) {
   auto& st = self->state;
@@ -342,6 +351,7 @@ void pump(self_ptr self) {
   // Jobs that need neither reads nor a pending admission may be ready now.
   for (size_t k = 0; k < std::min(window, st.jobs.size()); ++k)
     check_job(self, *st.jobs[k]);
+  publish_load(self);
 }
 
 engine_load own_load(self_ptr self) {
@@ -380,9 +390,16 @@ void fetch(self_ptr self) {
     if (m && m != me)
       members.push_back(m);
   g->left = members.size();
-  auto done = [self, g] {
+  auto board = cfg.node ? cfg.node->loads : nullptr;
+  auto done = [self, g, board] {
     auto& cfg = self->state.cfg;
-    g->report.engines.insert(g->report.engines.begin(), own_load(self));
+    auto own = own_load(self);
+    if (board) {
+      auto q = board->read_queue();
+      own.read_q_tokens = q.tokens;
+      own.read_q_bytes = q.bytes;
+    }
+    g->report.engines.insert(g->report.engines.begin(), std::move(own));
     auto sched = caf::actor_cast<scheduler_actor>(cfg.scheduler);
     self->request(sched, caf::infinite, fetch_atom_v, std::move(g->report))
         .then(
@@ -400,6 +417,13 @@ void fetch(self_ptr self) {
             [self](caf::error&) { schedule_fetch(self); });
   };
   if (members.empty()) {
+    done();
+    return;
+  }
+  if (board) {
+    // The members' loads as they last published them (no messages).
+    g->report.engines = board->others(cfg.id.rank);
+    g->left = 0;
     done();
     return;
   }
@@ -450,6 +474,7 @@ caf::behavior prefill_engine(self_ptr self, engine_config cfg) {
   if ((c.group_leader || (c.id.rank == 0 && !c.group_members.empty()))
       && c.scheduler)
     schedule_fetch(self);
+  publish_load(self);
   return {
       [self](prefill_atom, work_batch& w) -> caf::result<stream_report> {
         auto& st = self->state;

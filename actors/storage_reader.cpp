@@ -93,6 +93,16 @@ struct io_job {
   bool io_done = false; // set by the actor on the first done message
   caf::error err;
   caf::typed_response_promise<block_hash> write_promise; // (writes)
+  // A modeled read of several blocks of one request (modeled_reads without
+  // I/O threads): every block below, completed by one paced message at the
+  // last block's time; index/hash/slot/err above are unused then.
+  struct part {
+    size_t index = 0;
+    block_hash hash = 0;
+    uint32_t slot = 0;
+    caf::error err;
+  };
+  std::vector<part> parts;
 };
 
 struct pending_read {
@@ -154,8 +164,10 @@ void observe_buffer(const reader_state& st) {
              static_cast<double>(st.leases.size() * st.cfg.pool->slot_bytes()));
 }
 
-// Observation (null hooks: nothing): the read queue as gauges.
+// The read queue changed: tell the node's load board and the hooks.
 void observe_queue(const reader_state& st) {
+  if (st.cfg.on_queue)
+    st.cfg.on_queue(st.queue);
   if (auto& h = st.cfg.hooks) {
     observe::label_set node{{"node", st.cfg.node}};
     h->gauge("dualpath_read_queue_tokens", node,
@@ -185,8 +197,8 @@ void finish_read(self_ptr self, uint64_t request) {
   st.queue.tokens -= p.req.tokens;
   st.queue.bytes -= payload_bytes(st) * p.req.blocks.size();
   st.queue.requests -= 1;
+  observe_queue(st);
   if (auto& h = st.cfg.hooks) {
-    observe_queue(st);
     if (h->tracing())
       h->span(observe::span_record{st.cfg.node, "snic", "storage read",
                                    p.req.request_id, -1, h->at(p.accepted_at),
@@ -197,9 +209,57 @@ void finish_read(self_ptr self, uint64_t request) {
   promise.deliver(std::move(done));
 }
 
+// pump() for modeled reads without I/O threads (a simulation): the blocks
+// of one request issued together become one job, completed by a single
+// paced message at the last block's time instead of two messages per block.
+// Each block still takes a slot, an in-flight place and its own reservation
+// on the storage NIC, so the NIC's timeline is the same as block by block;
+// the blocks' slots are only freed together with the job's last one.
+void pump_modeled(self_ptr self) {
+  auto& st = self->state;
+  while (!st.fifo.empty() && st.inflight < st.cfg.max_inflight) {
+    auto rid = st.fifo.front();
+    auto i = st.reads.find(rid);
+    if (i == st.reads.end() || i->second.next == i->second.req.blocks.size()) {
+      st.fifo.pop_front();
+      continue;
+    }
+    auto& p = i->second;
+    auto job = std::make_shared<io_job>();
+    job->kind = io_job::read;
+    job->request = rid;
+    auto now = self->clock().now();
+    job->ready_at = now;
+    while (p.next < p.req.blocks.size() && st.inflight < st.cfg.max_inflight) {
+      auto slot = st.cfg.pool->acquire();
+      if (!slot)
+        break; // back-pressure: wait for a release
+      io_job::part part;
+      part.index = p.next++;
+      part.hash = p.req.blocks[part.index];
+      part.slot = *slot;
+      if (!st.cfg.store->contains(part.hash))
+        part.err = caf::make_error(storage_errc::missing_block,
+                                   "block not in the store");
+      job->ready_at = paced(st, payload_bytes(st), now);
+      job->parts.push_back(std::move(part));
+      ++st.inflight;
+    }
+    if (job->parts.empty())
+      return; // no slot
+    auto id = st.next_id++;
+    st.jobs.emplace(id, job);
+    self->delayed_send(self, job->ready_at - now, done_atom_v, id);
+  }
+}
+
 // Issues blocks in FIFO order while slots and in-flight budget last.
 void pump(self_ptr self) {
   auto& st = self->state;
+  if (st.cfg.modeled_reads && !st.workers) {
+    pump_modeled(self);
+    return;
+  }
   while (!st.fifo.empty() && st.inflight < st.cfg.max_inflight) {
     auto rid = st.fifo.front();
     auto i = st.reads.find(rid);
@@ -239,13 +299,16 @@ void pump(self_ptr self) {
   }
 }
 
-void complete_read(self_ptr self, io_job& job) {
+// Block `index` (in `slot`, failed with `err` or read) of read `request` is
+// done; completes the read when it was its last block.
+void complete_block(self_ptr self, uint64_t request, size_t index,
+                    block_hash hash, uint32_t slot, caf::error& err) {
   auto& st = self->state;
   --st.inflight;
-  auto& p = st.reads.at(job.request);
+  auto& p = st.reads.at(request);
   auto& counters = st.cfg.counters;
-  if (job.err) {
-    st.cfg.pool->release(job.slot);
+  if (err) {
+    st.cfg.pool->release(slot);
     if (counters)
       ++counters->blocks_failed;
     if (auto& h = st.cfg.hooks)
@@ -255,18 +318,18 @@ void complete_read(self_ptr self, io_job& job) {
     auto bytes = payload_bytes(st);
     buffer_lease lease;
     lease.lease_id = st.next_id++;
-    lease.hash = job.hash;
-    lease.block_index = p.req.first_block + static_cast<uint32_t>(job.index);
+    lease.hash = hash;
+    lease.block_index = p.req.first_block + static_cast<uint32_t>(index);
     auto& pool = *st.cfg.pool;
-    lease.region = remote_region{st.cfg.node,
-                                 st.cfg.region_id,
-                                 st.cfg.region_key,
-                                 reinterpret_cast<uint64_t>(pool.base()),
-                                 pool.offset_of(job.slot)
-                                     + transport::storage::header_bytes,
-                                 bytes};
-    st.leases.emplace(lease.lease_id, job.slot);
-    p.leases[job.index] = std::move(lease);
+    lease.region =
+        remote_region{st.cfg.node,
+                      st.cfg.region_id,
+                      st.cfg.region_key,
+                      reinterpret_cast<uint64_t>(pool.base()),
+                      pool.offset_of(slot) + transport::storage::header_bytes,
+                      bytes};
+    st.leases.emplace(lease.lease_id, slot);
+    p.leases[index] = std::move(lease);
     if (counters) {
       ++counters->blocks_read;
       counters->bytes_read += bytes;
@@ -277,7 +340,18 @@ void complete_read(self_ptr self, io_job& job) {
     }
   }
   if (++p.finished == p.leases.size())
-    finish_read(self, job.request);
+    finish_read(self, request);
+}
+
+// Frees lease `lease_id`'s slot; false if it is unknown or released already.
+bool release(reader_state& st, uint64_t lease_id) {
+  auto i = st.leases.find(lease_id);
+  if (i == st.leases.end())
+    return false;
+  st.cfg.pool->release(i->second);
+  st.leases.erase(i);
+  observe_buffer(st);
+  return true;
 }
 
 // Resolves a persist source to bytes: the configured resolver, else regions
@@ -332,14 +406,15 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
         return rp;
       },
       [self](release_atom, uint64_t lease_id) {
-        auto& st = self->state;
-        auto i = st.leases.find(lease_id);
-        if (i == st.leases.end())
-          return; // released twice or unknown: nothing to free
-        st.cfg.pool->release(i->second);
-        st.leases.erase(i);
-        observe_buffer(st);
-        pump(self);
+        if (release(self->state, lease_id))
+          pump(self);
+      },
+      [self](release_atom, const lease_release& r) {
+        bool any = false;
+        for (auto id : r.lease_ids)
+          any = release(self->state, id) || any;
+        if (any)
+          pump(self);
       },
       [self](persist_atom, persist_request& req) -> caf::result<block_hash> {
         auto& st = self->state;
@@ -382,8 +457,7 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
           } else {
             // No source bytes: the deterministic KV content of this block
             // (what a decode engine computes for it in this emulation).
-            job->err = transport::storage::make_block(geo, model, job->hash,
-                                                      parent, buf->data());
+            job->err = store->generate(job->hash, parent, buf->data());
           }
           if (!job->err)
             job->err = store->write(job->hash, parent, buf->data());
@@ -406,7 +480,12 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
         }
         st.jobs.erase(i);
         if (job->kind == io_job::read) {
-          complete_read(self, *job);
+          if (job->parts.empty())
+            complete_block(self, job->request, job->index, job->hash, job->slot,
+                           job->err);
+          for (auto& part : job->parts)
+            complete_block(self, job->request, part.index, part.hash, part.slot,
+                           part.err);
           pump(self);
           return;
         }

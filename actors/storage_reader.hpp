@@ -87,6 +87,9 @@ struct storage_reader_config {
   std::shared_ptr<storage_reader_counters> counters; ///< Optional.
   /// Optional (null: not observed): read spans, read_q and block metrics.
   observe::hooks_ptr hooks;
+  /// Optional: called on the reader's thread with the read queue whenever
+  /// it changes (the node's load_board, read by its group leader).
+  std::function<void(const read_queue_status&)> on_queue;
 };
 
 /// A pace function over a shared link_pacer (reads and writes of one NIC

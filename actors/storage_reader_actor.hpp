@@ -16,6 +16,8 @@ using storage_reader_actor = caf::typed_actor<
     caf::replies_to<read_atom, read_request>::with<read_completion>,
     // Return a lease's buffer space to the pool.
     caf::reacts_to<release_atom, uint64_t>,
+    // Return many leases at once (what a finished read's user does).
+    caf::reacts_to<release_atom, lease_release>,
     // Persist a completed block to storage (replies with its hash when
     // durable).
     caf::replies_to<persist_atom, persist_request>::with<block_hash>,

@@ -225,6 +225,7 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
   }
   node->bulk = std::move(bulk);
   node->store = store;
+  node->loads = std::make_shared<load_board>();
   // The reader's buffer pool, registered once with the bulk transport.
   auto pool = transport::storage::buffer_pool::make(
       std::max(spec.reader_buffer_bytes,
@@ -265,6 +266,9 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
     return reinterpret_cast<const std::byte*>(r.base) + r.offset;
   };
   rc.hooks = spec.hooks;
+  rc.on_queue = [board = node->loads](const read_queue_status& q) {
+    board->publish_read_queue(q);
+  };
   auto slots = (*pool)->slots();
   auto reader = spawn_storage_reader(sys, std::move(rc));
   if (!reader)
@@ -367,6 +371,7 @@ spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
     ec.dram_buffer_bytes = spec.dram_buffer_bytes / spec.gpus_per_node;
     ec.fetch_period_ns = spec.fetch_period_ns;
     ec.verify_kv = spec.plane == data_plane::real;
+    ec.real_bytes = spec.plane == data_plane::real;
     ec.scheduler = caf::actor_cast<caf::actor>(scheduler);
     ec.hooks = spec.hooks;
     ec.observer = spec.observer;

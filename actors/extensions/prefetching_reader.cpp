@@ -216,6 +216,9 @@ impl::behavior_type prefetching_reader(self_ptr self,
       [self](release_atom, uint64_t lease_id) {
         self->send(self->state.inner, release_atom_v, lease_id);
       },
+      [self](release_atom, lease_release& r) {
+        self->send(self->state.inner, release_atom_v, std::move(r));
+      },
       [self](persist_atom, persist_request& req) -> caf::result<block_hash> {
         // The chain grows once the block is durable (a prefetch can read
         // it then).

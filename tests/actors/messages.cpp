@@ -127,6 +127,7 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
   check(layer_push{255, 256, 257, 258, region(259)},
         {"255", "256", "257", "258", "\"node259\""});
   check(prefill_summary{361, 362, 363, 364}, {"361", "362", "363", "364"});
+  check(lease_release{{371, 372, 373}}, {"371", "372", "373"});
   check(endpoint_info{"n261", "tcp", "127.0.0.1:262", {26, 3}},
         {"\"n261\"", "\"tcp\"", "127.0.0.1:262", "26", "3"});
   check(write_op{271, 272, region(273)}, {"271", "272", "\"node273\""});

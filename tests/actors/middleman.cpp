@@ -156,6 +156,7 @@ TEST_CASE_FIXTURE(fixture, "storage reader interface over the middleman") {
           return c;
         },
         [](release_atom, uint64_t) {},
+        [](release_atom, const lease_release&) {},
         [](persist_atom, const persist_request& p) { return p.hash; },
         [](queue_atom) { return read_queue_status{}; },
     };

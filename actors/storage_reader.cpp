@@ -442,23 +442,22 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
         st.jobs.emplace(id, job);
         auto parent = req.parent;
         dispatch(self, id, [job, store, src, parent] {
+          if (!src) {
+            // No source bytes: the deterministic KV content of this block
+            // (what a decode engine computes for it in this emulation).
+            job->err = store->write_generated(job->hash, parent);
+            return;
+          }
           auto& geo = store->geometry();
-          auto model = store->config().model_id;
           auto buf = transport::storage::aligned_buffer::make(geo.file_bytes());
           if (!buf) {
             job->err = std::move(buf.error());
             return;
           }
-          if (src) {
-            std::memcpy(buf->data() + transport::storage::header_bytes, src,
-                        geo.payload_bytes());
-            job->err = transport::storage::seal_block(geo, model, job->hash,
-                                                      parent, buf->data());
-          } else {
-            // No source bytes: the deterministic KV content of this block
-            // (what a decode engine computes for it in this emulation).
-            job->err = store->generate(job->hash, parent, buf->data());
-          }
+          std::memcpy(buf->data() + transport::storage::header_bytes, src,
+                      geo.payload_bytes());
+          job->err = transport::storage::seal_block(
+              geo, store->config().model_id, job->hash, parent, buf->data());
           if (!job->err)
             job->err = store->write(job->hash, parent, buf->data());
         });

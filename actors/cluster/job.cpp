@@ -307,12 +307,10 @@ caf::expected<job_result> run_job(const config::settings& cfg,
                 : transport::storage::io_mode::buffered;
   sc.sync = cfg.boolean("storage.fsync") ? transport::storage::durability::fsync
                                          : transport::storage::durability::none;
-  std::vector<std::vector<uint32_t>> histories;
   double prompt_sum = 0;
   double hit_sum = 0;
   for (auto& t : *trace) {
     auto hist = workload::history_length(t);
-    histories.push_back(workload::tokens(t, 0, hist));
     auto first_prompt = workload::prompt_length(t, t.history_turns);
     prompt_sum += static_cast<double>(first_prompt);
     hit_sum += static_cast<double>(hist) / static_cast<double>(first_prompt);
@@ -340,14 +338,21 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     if (!opened)
       return opened.error();
     std::shared_ptr<transport::storage::block_store> store{std::move(*opened)};
+    // One trajectory's history at a time: at 48K agents all histories at
+    // once would be ~6 GB of tokens.
     auto pop_start = std::chrono::steady_clock::now();
-    auto pop = transport::storage::populate(*store, histories);
-    if (!pop)
-      return pop.error();
+    uint64_t blocks = 0;
+    for (auto& t : *trace) {
+      auto pop = transport::storage::populate(
+          *store, {workload::tokens(t, 0, workload::history_length(t))});
+      if (!pop)
+        return pop.error();
+      blocks += pop->written + pop->present;
+    }
     result.populate_s += std::chrono::duration<double>(
                              std::chrono::steady_clock::now() - pop_start)
                              .count();
-    result.populated_blocks = pop->written + pop->present;
+    result.populated_blocks = blocks;
     return store;
   };
   // -- the modes

@@ -92,10 +92,10 @@ public:
   /// Creates directory `dir` if absent (its parent must exist).
   virtual caf::error make_dir(const std::string& dir) = 0;
 
-  /// Whether a write keeps the payload. A backend that keeps only the
-  /// header (the modeled one) is given header-only images of generated
-  /// blocks (block_store::write_generated, populate), which saves filling
-  /// the KV content nobody reads.
+  /// Whether the backend keeps what is written. A block_store over a backend
+  /// that does not (the modeled one) keeps its blocks in its index only and
+  /// regenerates their deterministic content on read (block_store.hpp), so
+  /// no KV is filled, written or held per block.
   virtual bool keeps_payload() const {
     return true;
   }

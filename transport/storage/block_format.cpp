@@ -145,14 +145,6 @@ block_header header_of(const kv_geometry& geo, const std::string& model_id,
 
 } // namespace
 
-caf::error make_block_header(const kv_geometry& geo,
-                             const std::string& model_id, block_hash hash,
-                             block_hash parent, std::byte* file) {
-  auto hdr = header_of(geo, model_id, hash, parent);
-  hdr.layer_checksums.assign(geo.layers, 0);
-  return encode_header(hdr, file);
-}
-
 caf::error seal_block(const kv_geometry& geo, const std::string& model_id,
                       block_hash hash, block_hash parent, std::byte* file) {
   auto hdr = header_of(geo, model_id, hash, parent);

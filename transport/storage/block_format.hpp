@@ -112,14 +112,6 @@ caf::error verify_layer(const block_header& hdr, const kv_geometry& geo,
 caf::error seal_block(const kv_geometry& geo, const std::string& model_id,
                       block_hash hash, block_hash parent, std::byte* file);
 
-/// Writes the header of a generated block into `file` (header_bytes bytes)
-/// without computing its payload: every layer checksum is 0. Only for a
-/// backend that keeps no payload (storage_backend::keeps_payload() false),
-/// which rebuilds the content from the header when read.
-caf::error make_block_header(const kv_geometry& geo,
-                             const std::string& model_id, block_hash hash,
-                             block_hash parent, std::byte* file);
-
 /// Builds a complete block file image in `file` with the deterministic KV
 /// content of kv_content.hpp.
 caf::error make_block(const kv_geometry& geo, const std::string& model_id,

@@ -159,8 +159,24 @@ size_t block_store::size() const {
   return parent_of_.size();
 }
 
+bool block_store::keeps_payload() const {
+  return backend_->keeps_payload();
+}
+
+std::optional<block_hash> block_store::parent_of(block_hash hash) const {
+  std::shared_lock<std::shared_mutex> guard{mtx_};
+  auto i = parent_of_.find(hash);
+  if (i == parent_of_.end())
+    return std::nullopt;
+  return i->second;
+}
+
 caf::error block_store::write(block_hash hash, block_hash parent,
                               const std::byte* file) {
+  if (!keeps_payload()) {
+    insert(hash, parent); // the content is regenerated on read
+    return caf::none;
+  }
   auto path = path_of(hash);
   if (auto err = backend_->make_dir(path.substr(0, path.rfind('/'))))
     return err;
@@ -171,18 +187,16 @@ caf::error block_store::write(block_hash hash, block_hash parent,
   return caf::none;
 }
 
-caf::error block_store::generate(block_hash hash, block_hash parent,
-                                 std::byte* file) const {
-  if (!backend_->keeps_payload())
-    return make_block_header(cfg_.geometry, cfg_.model_id, hash, parent, file);
-  return make_block(cfg_.geometry, cfg_.model_id, hash, parent, file);
-}
-
 caf::error block_store::write_generated(block_hash hash, block_hash parent) {
+  if (!keeps_payload()) {
+    insert(hash, parent);
+    return caf::none;
+  }
   auto buf = aligned_buffer::make(cfg_.geometry.file_bytes());
   if (!buf)
     return std::move(buf.error());
-  if (auto err = generate(hash, parent, buf->data()))
+  if (auto err =
+          make_block(cfg_.geometry, cfg_.model_id, hash, parent, buf->data()))
     return err;
   return write(hash, parent, buf->data());
 }
@@ -231,6 +245,19 @@ block_store::read_full_batch(const std::vector<block_hash>& hashes,
       e = caf::make_error(storage_errc::invalid_argument, "buffer count");
     return errs;
   }
+  if (!keeps_payload()) {
+    // Only the index holds these blocks: rebuild each file image.
+    for (size_t i = 0; i < hashes.size(); ++i) {
+      auto parent = parent_of(hashes[i]);
+      if (!parent)
+        errs[i] = caf::make_error(storage_errc::missing_block,
+                                  path_of(hashes[i]) + ": not stored");
+      else
+        errs[i] = make_block(cfg_.geometry, cfg_.model_id, hashes[i], *parent,
+                             files[i]);
+    }
+    return errs;
+  }
   std::vector<read_op> ops;
   ops.reserve(hashes.size());
   for (size_t i = 0; i < hashes.size(); ++i)
@@ -253,6 +280,14 @@ caf::error block_store::read_layer(block_hash hash, uint32_t layer,
     return caf::make_error(storage_errc::invalid_argument,
                            "layer " + std::to_string(layer));
   auto path = path_of(hash);
+  if (!keeps_payload()) {
+    if (!contains(hash))
+      return caf::make_error(storage_errc::missing_block,
+                             path + ": not stored");
+    kv_fill_layer(hash, layer, geo.block_tokens, geo.bytes_per_token_layer,
+                  dst);
+    return caf::none;
+  }
   // The range read covers the aligned span around the layer so it also works
   // with O_DIRECT (Layer Blocks need not be 4 KiB multiples).
   auto begin = geo.layer_offset(layer) / io_alignment * io_alignment;
@@ -301,10 +336,16 @@ populate(block_store& store, const std::vector<std::vector<uint32_t>>& seqs) {
       if (store.contains(h)) {
         ++stats.present;
       } else {
-        if (auto err = store.generate(h, parent, buf->data()))
-          return err;
-        if (auto err = store.write(h, parent, buf->data()))
-          return err;
+        if (!store.keeps_payload()) {
+          if (auto err = store.write_generated(h, parent))
+            return err;
+        } else {
+          if (auto err = make_block(geo, store.config().model_id, h, parent,
+                                    buf->data()))
+            return err;
+          if (auto err = store.write(h, parent, buf->data()))
+            return err;
+        }
         ++stats.written;
         stats.bytes += geo.file_bytes();
       }

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -107,11 +108,14 @@ public:
   /// Writes block `hash` with the deterministic KV content.
   caf::error write_generated(block_hash hash, block_hash parent);
 
-  /// The file image write_generated writes (geometry().file_bytes() bytes):
-  /// make_block, or only the header when the backend keeps no payload
-  /// (storage_backend::keeps_payload()).
-  caf::error generate(block_hash hash, block_hash parent,
-                      std::byte* file) const;
+  /// Whether the backend keeps block payloads. When it does not (the
+  /// modeled backend of `dualpath sim`), blocks live in the index only:
+  /// writes just index them and reads regenerate the deterministic content
+  /// (kv_content.hpp) -- nothing per block beyond the index entry.
+  bool keeps_payload() const;
+
+  /// The parent of stored block `hash`, if it is stored.
+  std::optional<block_hash> parent_of(block_hash hash) const;
 
   // -- reads ------------------------------------------------------------------
 

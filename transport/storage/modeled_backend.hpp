@@ -4,7 +4,9 @@
 // from them with the deterministic KV content (kv_content.hpp), so the block
 // store's verification still holds. Directories exist as names only. Nothing
 // touches a disk; I/O time is not modelled here but by the storage NIC the
-// caller paces (the storage reader's `pace`).
+// caller paces (the storage reader's `pace`). keeps_payload() is false, so a
+// block_store over it does not even write blocks here: its index holds them
+// (a few dozen bytes per block; millions of blocks at 48P96D).
 //
 // Reads and writes complete inline on the calling thread (queue_depth() is 1),
 // so a simulation stays single-threaded and deterministic.

@@ -101,6 +101,13 @@ TEST_CASE("the report is run's plus the simulation's cost") {
     REQUIRE(m.contains("sim"));
     CHECK(m["sim"]["events"].get<uint64_t>() > 0);
     CHECK(m["sim"].contains("scheduler_cores"));
+    // Where the events went: by actor, adding up to all of them.
+    uint64_t by_actor = 0;
+    for (auto& [actor, n] : m["sim"]["events_by_actor"].items())
+      by_actor += n.get<uint64_t>();
+    CHECK(by_actor == m["sim"]["events"].get<uint64_t>());
+    CHECK(m["sim"]["events_by_actor"]["dualpath.scheduler"].get<uint64_t>()
+          > 0);
   }
   auto& oracle = doc["modes"]["oracle"];
   CHECK(oracle["bytes_read_pe_side"].get<uint64_t>() == 0);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <future>
+#include <map>
 #include <random>
 
 #include <caf/all.hpp>
@@ -44,9 +45,15 @@ using driver_ptr = caf::stateful_actor<driver_state>*;
 
 void finish(driver_ptr self) {
   auto& s = self->state;
-  for (auto& r : s.outcome.records)
-    s.outcome.jct_ns =
-        std::max(s.outcome.jct_ns, r.result.done_ns - s.start_ns);
+  std::map<uint64_t, int64_t> agent_done; // by agent id
+  for (auto& r : s.outcome.records) {
+    auto t = r.result.done_ns - s.start_ns;
+    s.outcome.jct_ns = std::max(s.outcome.jct_ns, t);
+    auto& a = agent_done[r.agent];
+    a = std::max(a, t);
+  }
+  for (auto& kv : agent_done)
+    s.outcome.agent_done_ns.push_back(kv.second);
   if (!s.lag_ms.empty()) {
     std::sort(s.lag_ms.begin(), s.lag_ms.end());
     s.outcome.lag_p99_ms = s.lag_ms[(s.lag_ms.size() * 99) / 100];

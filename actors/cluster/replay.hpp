@@ -52,7 +52,10 @@ struct request_record {
 struct replay_outcome {
   std::vector<request_record> records;
   int64_t jct_ns = 0; ///< Emulated time from start to the last completion.
-  double wall_s = 0;  ///< Wall-clock seconds the replay took.
+  /// Per agent: emulated time from start to its last completion (JCT is
+  /// the maximum).
+  std::vector<int64_t> agent_done_ns;
+  double wall_s = 0; ///< Wall-clock seconds the replay took.
   /// How late (wall ms) a 20 ms timer fired during the replay: p99 and max.
   /// Lateness stretches emulated times by lateness x time_scale.
   double lag_p99_ms = 0;

@@ -23,6 +23,11 @@ mode_report summarize(const std::string& mode, const replay_outcome& outcome,
   mode_report r;
   r.mode = mode;
   r.jct_s = static_cast<double>(outcome.jct_ns) / 1e9;
+  std::vector<double> agents_done;
+  for (auto t : outcome.agent_done_ns)
+    agents_done.push_back(static_cast<double>(t) / 1e9);
+  r.agents_done_p50_s = quantile(agents_done, 0.5);
+  r.agents_done_p90_s = quantile(agents_done, 0.9);
   r.wall_s = outcome.wall_s;
   r.lag_p99_ms = outcome.lag_p99_ms;
   std::vector<double> ttft;
@@ -97,6 +102,8 @@ nlohmann::json to_json(const mode_report& r) {
       {"requests", r.requests},
       {"failed_requests", r.failed_requests},
       {"jct_s", r.jct_s},
+      {"agents_done_p50_s", r.agents_done_p50_s},
+      {"agents_done_p90_s", r.agents_done_p90_s},
       {"tokens_per_s", r.tokens_per_s},
       {"ttft_p50_s", r.ttft_p50_s},
       {"ttft_p99_s", r.ttft_p99_s},

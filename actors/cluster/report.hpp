@@ -36,6 +36,10 @@ struct mode_report {
   uint64_t requests = 0;
   uint64_t failed_requests = 0;
   double jct_s = 0;
+  /// When half / 90% of the agents had finished (JCT: all of them). With
+  /// few replayed turns JCT is the longest agent's chain; these are not.
+  double agents_done_p50_s = 0;
+  double agents_done_p90_s = 0;
   double tokens_per_s = 0; ///< (prompt + generated tokens) / JCT.
   double ttft_p50_s = 0;
   double ttft_p99_s = 0;

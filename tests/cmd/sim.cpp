@@ -94,6 +94,11 @@ TEST_CASE("the report is run's plus the simulation's cost") {
     CHECK(m["requests"].get<int>() == doc["requests_per_mode"].get<int>());
     CHECK(m["failed_requests"].get<int>() == 0);
     CHECK(m["jct_s"].get<double>() > 0);
+    // Agents finish over time; the last one is the JCT.
+    CHECK(m["agents_done_p50_s"].get<double>() > 0);
+    CHECK(m["agents_done_p50_s"].get<double>()
+          <= m["agents_done_p90_s"].get<double>());
+    CHECK(m["agents_done_p90_s"].get<double>() <= m["jct_s"].get<double>());
     // Honest verification counts: nothing is verified, nothing failed.
     CHECK(m["blocks_verified"].get<int>() == 0);
     CHECK(m["verify_failures"].get<int>() == 0);

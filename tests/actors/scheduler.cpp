@@ -252,3 +252,39 @@ TEST_CASE("an inconsistent cluster description is refused") {
   CHECK_NE(sys.render(res.error()).find("scheduler cluster description"),
            std::string::npos);
 }
+
+TEST_CASE_FIXTURE(fixture, "decode load counts dispatched requests reports "
+                           "do not show yet") {
+  // Decode engines report seq_e = tok_e = 0 between placements, as they do
+  // while the requests still wait in prefill queues (a decode engine counts
+  // a request from its admission on). The scheduler must still see what it
+  // dispatched there: one request at a time, the two engines alternate
+  // instead of the first one taking all.
+  report_decode(1ull << 40);
+  auto client = sys.spawn([](caf::event_based_actor*) {});
+  std::map<uint32_t, int> per_engine;
+  size_t seen = 0;
+  for (uint64_t id = 1; id <= 4; ++id) {
+    caf::anon_send(sched, submit_atom_v, make_request(id));
+    std::vector<assignment> got;
+    for (int i = 0; i < 200 && got.empty(); ++i) {
+      for (uint32_t g = 0; g < 2; ++g)
+        for (auto& a : fetch(g).items)
+          got.push_back(a);
+      {
+        std::lock_guard<std::mutex> guard{pushed->mtx};
+        for (; seen < pushed->items.size(); ++seen)
+          got.push_back(pushed->items[seen]);
+      }
+      if (got.empty())
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    REQUIRE_EQ(got.size(), 1u);
+    CHECK_EQ(got[0].request.id, id);
+    ++per_engine[got[0].decode.rank];
+    report_decode(1ull << 40); // "nothing admitted here"
+  }
+  CHECK_EQ(per_engine[0], 2);
+  CHECK_EQ(per_engine[1], 2);
+  self->send_exit(client, caf::exit_reason::user_shutdown);
+}

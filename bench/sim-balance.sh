@@ -3,13 +3,13 @@
 # storage NIC moved) with round-robin placement and the shorter-queue path
 # choice (dualpath-rr) against the paper's scheduler (dualpath), DS-660B 2P4D
 # offline, in simulated time. Paper (brief section 4): 1.53 -> 1.18.
-# SIM_AGENTS agents (default 256) replay SIM_TURNS turns each (default 2).
+# SIM_AGENTS agents (default 2048: 1,024 per prefill node, as in the paper) replay SIM_TURNS turns each (default 3).
 # Last line: RESULT sim-balance max_over_avg_rr=X max_over_avg_scheduler=Y
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$root/build-bench}
-agents=${SIM_AGENTS:-256}
-turns=${SIM_TURNS:-2}
+agents=${SIM_AGENTS:-2048}
+turns=${SIM_TURNS:-3}
 cmake --build "$BUILD_DIR" --target dualpath >&2
 bin=$BUILD_DIR/bin/dualpath
 out=$(mktemp -d "${TMPDIR:-/tmp}/sim-balance-XXXXXX")

@@ -2,14 +2,14 @@
 # bench/run sim-plan: P/D ratios inside and outside the bottleneck-free range of
 # `dualpath plan` (1/7 <= P/D <= 7/2 on paper-hopper), simulated (`dualpath
 # sim`, DS-660B, DualPath, offline, SIM_AGENTS_PER_PE agents per prefill node,
-# default 64, SIM_TURNS turns, default 2). For each P/D: the planner's verdict
+# default 1024, SIM_TURNS turns, default 2). For each P/D: the planner's verdict
 # (links over capacity at saturation) and the simulation's busiest link class
 # (utilisation = nominal bytes / (rate x JCT), max over the links of a class).
 # Last line: RESULT sim-plan busiest_<pd>=<link class> ...
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$root/build-bench}
-per_pe=${SIM_AGENTS_PER_PE:-64}
+per_pe=${SIM_AGENTS_PER_PE:-1024}
 turns=${SIM_TURNS:-2}
 cmake --build "$BUILD_DIR" --target dualpath >&2
 bin=$BUILD_DIR/bin/dualpath

@@ -37,6 +37,7 @@ nlohmann::json sim_json(const sim_mode_stats& s, double jct_s) {
           {"wall_s", s.wall_s},
           {"events_per_s", s.wall_s > 0 ? s.events / s.wall_s : 0.0},
           {"scheduler_cpu_s", s.scheduler_cpu_s},
+          {"scheduler_wall_s", s.scheduler_wall_s},
           // CPU seconds per simulated second = cores the scheduler needs.
           {"scheduler_cores", jct_s > 0 ? s.scheduler_cpu_s / jct_s : 0.0}};
 }
@@ -137,8 +138,8 @@ public:
           << std::setprecision(1) << s.wall_s << " s wall ("
           << std::setprecision(0) << (s.wall_s > 0 ? s.events / s.wall_s : 0)
           << " events/s); scheduler " << std::setprecision(3)
-          << s.scheduler_cpu_s
-          << " CPU s = " << (jct > 0 ? s.scheduler_cpu_s / jct : 0)
+          << s.scheduler_cpu_s << " CPU s (" << s.scheduler_wall_s
+          << " s wall) = " << (jct > 0 ? s.scheduler_cpu_s / jct : 0)
           << " cores per simulated second\n";
       if (!s.links.empty()) {
         out << "  link utilisation over the JCT, mean / max:";

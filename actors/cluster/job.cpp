@@ -444,6 +444,7 @@ caf::expected<job_result> run_job(const config::settings& cfg,
           variant.name, events_after.jobs - events_before.jobs,
           events_after.timeouts - events_before.timeouts,
           outcome ? outcome->wall_s : 0.0, sim::watched_cpu_seconds(),
+          sim::watched_wall_seconds(),
           outcome ? link_loads((*cluster)->nodes(),
                                static_cast<double>(outcome->jct_ns) / 1e9)
                   : std::vector<link_load>{},

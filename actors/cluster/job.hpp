@@ -110,6 +110,7 @@ struct sim_mode_stats {
   uint64_t timeouts = 0;        ///< Timeouts fired (simulated-time jumps).
   double wall_s = 0;            ///< Wall seconds of the replay.
   double scheduler_cpu_s = 0;   ///< CPU seconds in the scheduler's handlers.
+  double scheduler_wall_s = 0;  ///< Wall seconds of the same handlers.
   std::vector<link_load> links; ///< Link utilisation by class.
   /// Jobs by actor name, most first (where the simulation spends events).
   std::vector<std::pair<std::string, uint64_t>> jobs_by_actor;

@@ -22,6 +22,7 @@ std::atomic<uint64_t> timeouts_fired{0};
 caf::actor watched_actor;
 const caf::resumable* watched_job = nullptr;
 std::atomic<int64_t> watched_ns{0};
+std::atomic<int64_t> watched_wall_ns{0};
 
 // Jobs per actor name; the key is the name's storage (names are static).
 std::unordered_map<const char*, uint64_t> jobs_per_name;
@@ -72,9 +73,13 @@ run_outcome run_until(caf::actor_system& sys, const std::function<bool()>& done,
       count_job(c->jobs.front());
     if (watched_job != nullptr && c->has_job()
         && c->jobs.front() == watched_job) {
+      auto w0 = std::chrono::steady_clock::now();
       auto t0 = thread_cpu_ns();
       c->run_once();
       watched_ns += thread_cpu_ns() - t0;
+      watched_wall_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now() - w0)
+                             .count();
       ++jobs;
       continue;
     }
@@ -104,10 +109,15 @@ void watch(const caf::actor& actor) {
                     caf::actor_cast<caf::abstract_actor*>(actor))
                       : nullptr;
   watched_ns = 0;
+  watched_wall_ns = 0;
 }
 
 double watched_cpu_seconds() {
   return static_cast<double>(watched_ns.load()) / 1e9;
+}
+
+double watched_wall_seconds() {
+  return static_cast<double>(watched_wall_ns.load()) / 1e9;
 }
 
 std::vector<std::pair<std::string, uint64_t>> jobs_by_actor() {

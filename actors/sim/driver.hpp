@@ -84,4 +84,8 @@ void watch(const caf::actor& actor);
 /// CPU seconds of the watched actor's jobs since watch().
 double watched_cpu_seconds();
 
+/// Wall-clock seconds of the same jobs (with the CPU time: what a dedicated
+/// core would spend; more than the CPU time when the host is busy).
+double watched_wall_seconds();
+
 } // namespace dualpath::actors::sim

@@ -112,7 +112,7 @@ TEST_CASE("settle answers a blocking caller without advancing time") {
   CHECK(sys.clock().now() == t0);
 }
 
-TEST_CASE("the watched actor's CPU time is measured") {
+TEST_CASE("the watched actor's CPU and wall time are measured") {
   sim_config cfg;
   caf::actor_system sys{cfg};
   auto log = std::make_shared<std::vector<std::string>>();
@@ -134,6 +134,9 @@ TEST_CASE("the watched actor's CPU time is measured") {
             sys, [] { return false; }, 10s)
         == sim::run_outcome::stalled);
   CHECK(sim::watched_cpu_seconds() > 0.001);
+  // Wall time covers the CPU time (same jobs; a busy host only adds to it).
+  CHECK(sim::watched_wall_seconds() >= sim::watched_cpu_seconds() * 0.9);
   sim::watch(caf::actor{});
   CHECK(sim::watched_cpu_seconds() == 0);
+  CHECK(sim::watched_wall_seconds() == 0);
 }

@@ -214,7 +214,7 @@ void finish_read(self_ptr self, uint64_t request) {
 // paced message at the last block's time instead of two messages per block.
 // Each block still takes a slot, an in-flight place and its own reservation
 // on the storage NIC, so the NIC's timeline is the same as block by block;
-// the blocks' slots are only freed together with the job's last one.
+// in-flight places (and a missing block's slot) come back with the job.
 void pump_modeled(self_ptr self) {
   auto& st = self->state;
   while (!st.fifo.empty() && st.inflight < st.cfg.max_inflight) {

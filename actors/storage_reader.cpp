@@ -209,6 +209,20 @@ void finish_read(self_ptr self, uint64_t request) {
   promise.deliver(std::move(done));
 }
 
+// The oldest read with blocks left to issue (and its id), or nullptr. A
+// request leaves the FIFO once all its blocks were issued; it may even have
+// completed already (then it is gone from `reads`).
+std::pair<uint64_t, pending_read*> next_to_issue(reader_state& st) {
+  while (!st.fifo.empty()) {
+    auto rid = st.fifo.front();
+    auto i = st.reads.find(rid);
+    if (i != st.reads.end() && i->second.next < i->second.req.blocks.size())
+      return {rid, &i->second};
+    st.fifo.pop_front();
+  }
+  return {0, nullptr};
+}
+
 // pump() for modeled reads without I/O threads (a simulation): the blocks
 // of one request issued together become one job, completed by a single
 // paced message at the last block's time instead of two messages per block.
@@ -217,14 +231,11 @@ void finish_read(self_ptr self, uint64_t request) {
 // in-flight places (and a missing block's slot) come back with the job.
 void pump_modeled(self_ptr self) {
   auto& st = self->state;
-  while (!st.fifo.empty() && st.inflight < st.cfg.max_inflight) {
-    auto rid = st.fifo.front();
-    auto i = st.reads.find(rid);
-    if (i == st.reads.end() || i->second.next == i->second.req.blocks.size()) {
-      st.fifo.pop_front();
-      continue;
-    }
-    auto& p = i->second;
+  while (st.inflight < st.cfg.max_inflight) {
+    auto [rid, next] = next_to_issue(st);
+    if (next == nullptr)
+      return;
+    auto& p = *next;
     auto job = std::make_shared<io_job>();
     job->kind = io_job::read;
     job->request = rid;
@@ -260,16 +271,11 @@ void pump(self_ptr self) {
     pump_modeled(self);
     return;
   }
-  while (!st.fifo.empty() && st.inflight < st.cfg.max_inflight) {
-    auto rid = st.fifo.front();
-    auto i = st.reads.find(rid);
-    // A request leaves the FIFO once all its blocks were issued; it may even
-    // have completed already (then it is gone from `reads`).
-    if (i == st.reads.end() || i->second.next == i->second.req.blocks.size()) {
-      st.fifo.pop_front();
-      continue;
-    }
-    auto& p = i->second;
+  while (st.inflight < st.cfg.max_inflight) {
+    auto [rid, next] = next_to_issue(st);
+    if (next == nullptr)
+      return;
+    auto& p = *next;
     auto slot = st.cfg.pool->acquire();
     if (!slot)
       return; // back-pressure: wait for a release

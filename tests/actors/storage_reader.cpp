@@ -78,6 +78,26 @@ caf::actor_system_config& with_types(caf::actor_system_config& cfg) {
   return cfg;
 }
 
+// An actor system in simulated time (CAF's test coordinator).
+struct simulated_config : caf::actor_system_config {
+  simulated_config() {
+    actors::add_message_types(*this);
+    set("scheduler.policy", caf::atom("testing"));
+  }
+};
+
+// A reader on `slots` pool slots with inline I/O (fully deterministic), its
+// storage NIC paced at 3200 B/s: one 3200-byte payload per second.
+storage_reader_config inline_paced(env& e, uint32_t slots) {
+  storage_reader_config rc;
+  rc.node = "n0";
+  rc.store = e.store;
+  rc.pool = e.pool(slots);
+  rc.io_threads = 0;
+  rc.pace = pace_with(std::make_shared<transport::link_pacer>(3200));
+  return rc;
+}
+
 bool lease_is_exact(const buffer_lease& l, const buffer_pool& pool,
                     const kv_geometry& geo) {
   if (l.region.length != geo.payload_bytes()
@@ -345,17 +365,11 @@ TEST_CASE("one block in flight: requests completing before the next pump") {
 
 TEST_CASE("pacing and persistence follow simulated time") {
   env e{kv_geometry{4, 8, 100}, 1, 2}; // 3200-byte payloads
-  caf::actor_system_config cfg;
-  cfg.set("scheduler.policy", caf::atom("testing"));
-  caf::actor_system sys{with_types(cfg)};
+  simulated_config cfg;
+  caf::actor_system sys{cfg};
   auto& sched =
       dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  storage_reader_config rc;
-  rc.node = "n0";
-  rc.store = e.store;
-  rc.pool = e.pool(4);
-  rc.io_threads = 0; // inline I/O: fully deterministic
-  rc.pace = pace_with(std::make_shared<transport::link_pacer>(3200));
+  auto rc = inline_paced(e, 4);
   auto reader = spawn_storage_reader(sys, rc);
   REQUIRE(reader);
   std::optional<read_completion> got;
@@ -393,19 +407,13 @@ TEST_CASE("pacing and persistence follow simulated time") {
 
 TEST_CASE("modeled reads: one paced completion per issue, same NIC time") {
   env e{kv_geometry{4, 8, 100}, 2, 4}; // 3200-byte payloads
-  caf::actor_system_config cfg;
-  cfg.set("scheduler.policy", caf::atom("testing"));
-  caf::actor_system sys{with_types(cfg)};
+  simulated_config cfg;
+  caf::actor_system sys{cfg};
   auto& sched =
       dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  storage_reader_config rc;
-  rc.node = "n0";
-  rc.store = e.store;
-  rc.pool = e.pool(4);
-  rc.io_threads = 0;
+  auto rc = inline_paced(e, 4);
   rc.modeled_reads = true;
   rc.max_inflight = 4;
-  rc.pace = pace_with(std::make_shared<transport::link_pacer>(3200));
   std::vector<read_queue_status> published;
   rc.on_queue = [&](const read_queue_status& q) { published.push_back(q); };
   auto reader = spawn_storage_reader(sys, rc);

@@ -124,7 +124,7 @@ caf::error block_store::rebuild() {
 
 void block_store::insert(block_hash hash, block_hash parent) {
   std::unique_lock<std::shared_mutex> guard{mtx_};
-  parent_of_.emplace(hash, parent);
+  parent_of_.insert(hash, parent);
 }
 
 lookup_result block_store::lookup(const std::vector<uint32_t>& tokens) const {
@@ -133,17 +133,15 @@ lookup_result block_store::lookup(const std::vector<uint32_t>& tokens) const {
   std::shared_lock<std::shared_mutex> guard{mtx_};
   auto parent = root_hash;
   for (auto h : hashes) {
-    auto i = parent_of_.find(h);
+    auto* p = parent_of_.find(h);
     // The parent check makes a (practically impossible) hash collision with
     // another prefix end the hit instead of splicing two prompts.
-    if (i == parent_of_.end() || i->second != parent)
+    if (p == nullptr || *p != parent)
       break;
     result.blocks.push_back(h);
     parent = h;
   }
   guard.unlock();
-  for (auto h : result.blocks)
-    result.paths.push_back(path_of(h));
   result.hit_tokens =
       uint64_t{cfg_.geometry.block_tokens} * result.blocks.size();
   return result;
@@ -151,7 +149,7 @@ lookup_result block_store::lookup(const std::vector<uint32_t>& tokens) const {
 
 bool block_store::contains(block_hash hash) const {
   std::shared_lock<std::shared_mutex> guard{mtx_};
-  return parent_of_.count(hash) != 0;
+  return parent_of_.contains(hash);
 }
 
 size_t block_store::size() const {
@@ -165,10 +163,10 @@ bool block_store::keeps_payload() const {
 
 std::optional<block_hash> block_store::parent_of(block_hash hash) const {
   std::shared_lock<std::shared_mutex> guard{mtx_};
-  auto i = parent_of_.find(hash);
-  if (i == parent_of_.end())
+  auto* p = parent_of_.find(hash);
+  if (p == nullptr)
     return std::nullopt;
-  return i->second;
+  return *p;
 }
 
 caf::error block_store::write(block_hash hash, block_hash parent,

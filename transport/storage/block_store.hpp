@@ -21,7 +21,6 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <caf/error.hpp>
@@ -29,6 +28,7 @@
 
 #include "transport/storage/backend.hpp"
 #include "transport/storage/block_format.hpp"
+#include "transport/storage/block_index.hpp"
 
 namespace dualpath::transport::storage {
 
@@ -43,7 +43,6 @@ struct store_config {
 /// The result of a prefix lookup.
 struct lookup_result {
   std::vector<block_hash> blocks; ///< Hit blocks, in prompt order.
-  std::vector<std::string> paths; ///< Their files.
   uint64_t hit_tokens = 0;        ///< blocks.size() * block_tokens.
 };
 
@@ -145,7 +144,7 @@ private:
   backend_ptr backend_;
   scan_stats scan_;
   mutable std::shared_mutex mtx_;
-  std::unordered_map<block_hash, block_hash> parent_of_; // the trie's edges
+  block_index parent_of_; // the trie's edges
 };
 
 /// Writes every full block of every sequence that is not stored yet, with the

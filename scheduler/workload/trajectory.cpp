@@ -17,8 +17,17 @@ uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// The part of a token's id that depends on (seed, agent) only.
+uint64_t token_base(uint64_t seed, uint64_t agent) {
+  return mix(mix(seed) ^ agent);
+}
+
+uint32_t token_of(uint64_t base, uint64_t pos) {
+  return static_cast<uint32_t>(mix(base ^ pos) >> 32);
+}
+
 uint32_t raw_token(uint64_t seed, uint64_t agent, uint64_t pos) {
-  return static_cast<uint32_t>(mix(mix(mix(seed) ^ agent) ^ pos) >> 32);
+  return token_of(token_base(seed, agent), pos);
 }
 
 } // namespace
@@ -38,10 +47,16 @@ uint64_t prompt_length(const trajectory& traj, size_t turn_index) {
 
 std::vector<uint32_t> tokens(const trajectory& traj, uint64_t first,
                              uint64_t count) {
-  std::vector<uint32_t> out;
-  out.reserve(count);
-  for (uint64_t p = first; p < first + count; ++p)
-    out.push_back(token_at(traj, p));
+  // token_at() for every position, with the per-agent part hoisted out of
+  // the loop (a prompt is tens of thousands of tokens, one per request).
+  std::vector<uint32_t> out(count);
+  const uint64_t own = token_base(traj.seed, traj.agent);
+  const uint64_t src = token_base(traj.seed, traj.source_agent);
+  const uint64_t split = traj.source_offset > 0 ? traj.source_offset : ~0ull;
+  for (uint64_t k = 0; k < count; ++k) {
+    uint64_t p = first + k;
+    out[k] = p >= split ? token_of(src, p - split) : token_of(own, p);
+  }
   return out;
 }
 

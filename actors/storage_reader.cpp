@@ -120,7 +120,13 @@ struct reader_state {
   std::deque<uint64_t> fifo;           // requests with blocks left to issue
   std::unordered_map<uint64_t, pending_read> reads;
   std::unordered_map<uint64_t, std::shared_ptr<io_job>> jobs;
-  std::unordered_map<uint64_t, uint32_t> leases; // lease id -> slot
+  // Leases by pool slot: a lease id is (generation << 32) | slot, so
+  // finding and checking one needs no map. A slot's generation grows with
+  // every lease of it (from 1), which makes ids unique per slot and a stale
+  // or repeated release a mismatch; `leased` marks the slots leased now.
+  std::vector<uint32_t> lease_gen;
+  std::vector<uint8_t> leased;
+  size_t leases = 0; // slots leased now
   uint64_t next_id = 1;
   uint32_t inflight = 0;
   read_queue_status queue;
@@ -161,7 +167,7 @@ uint64_t payload_bytes(const reader_state& st) {
 void observe_buffer(const reader_state& st) {
   if (auto& h = st.cfg.hooks)
     h->gauge("dualpath_reader_buffer_used_bytes", {{"node", st.cfg.node}},
-             static_cast<double>(st.leases.size() * st.cfg.pool->slot_bytes()));
+             static_cast<double>(st.leases * st.cfg.pool->slot_bytes()));
 }
 
 // The read queue changed: tell the node's load board and the hooks.
@@ -188,6 +194,7 @@ void finish_read(self_ptr self, uint64_t request) {
   auto& p = i->second;
   read_completion done;
   done.request_id = p.req.request_id;
+  done.leases.reserve(p.finished);
   for (size_t k = 0; k < p.leases.size(); ++k) {
     if (p.leases[k])
       done.leases.push_back(std::move(*p.leases[k]));
@@ -323,7 +330,7 @@ void complete_block(self_ptr self, uint64_t request, size_t index,
   } else {
     auto bytes = payload_bytes(st);
     buffer_lease lease;
-    lease.lease_id = st.next_id++;
+    lease.lease_id = (uint64_t{++st.lease_gen[slot]} << 32) | slot;
     lease.hash = hash;
     lease.block_index = p.req.first_block + static_cast<uint32_t>(index);
     auto& pool = *st.cfg.pool;
@@ -334,7 +341,8 @@ void complete_block(self_ptr self, uint64_t request, size_t index,
                       reinterpret_cast<uint64_t>(pool.base()),
                       pool.offset_of(slot) + transport::storage::header_bytes,
                       bytes};
-    st.leases.emplace(lease.lease_id, slot);
+    st.leased[slot] = 1;
+    ++st.leases;
     p.leases[index] = std::move(lease);
     if (counters) {
       ++counters->blocks_read;
@@ -351,11 +359,13 @@ void complete_block(self_ptr self, uint64_t request, size_t index,
 
 // Frees lease `lease_id`'s slot; false if it is unknown or released already.
 bool release(reader_state& st, uint64_t lease_id) {
-  auto i = st.leases.find(lease_id);
-  if (i == st.leases.end())
+  auto slot = static_cast<uint32_t>(lease_id & 0xffff'ffffu);
+  if (slot >= st.leased.size() || !st.leased[slot]
+      || st.lease_gen[slot] != (lease_id >> 32))
     return false;
-  st.cfg.pool->release(i->second);
-  st.leases.erase(i);
+  st.leased[slot] = 0;
+  --st.leases;
+  st.cfg.pool->release(slot);
   observe_buffer(st);
   return true;
 }
@@ -382,6 +392,8 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
     st.workers = std::make_unique<io_workers>(st.cfg.io_threads);
   if (st.cfg.max_inflight == 0)
     st.cfg.max_inflight = 1;
+  st.lease_gen.assign(st.cfg.pool->slots(), 0);
+  st.leased.assign(st.cfg.pool->slots(), 0);
   return {
       [self](read_atom, read_request& req) -> caf::result<read_completion> {
         auto& st = self->state;

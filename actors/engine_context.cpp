@@ -1,5 +1,9 @@
 #include "actors/engine_context.hpp"
 
+#include <cmath>
+
+#include "actors/emulation.hpp"
+
 namespace dualpath::actors {
 
 std::string to_string(load_mode x) {
@@ -25,6 +29,21 @@ bool from_string(const std::string& str, load_mode& x) {
     }
   }
   return false;
+}
+
+model_shape coarsen(const model_shape& m, uint32_t k, uint32_t byte_scale) {
+  if (k <= 1 || m.layers == 0)
+    return m;
+  auto out = m;
+  out.layers = (m.layers + k - 1) / k;
+  out.layer_weight =
+      m.layer_weight * static_cast<double>(m.layers) / out.layers;
+  auto w = static_cast<double>(m.layers) / out.layers;
+  out.nominal_bytes_per_token_layer = static_cast<uint64_t>(
+      std::llround(static_cast<double>(m.nominal_bytes_per_token_layer) * w));
+  out.real_bytes_per_token_layer =
+      real_bytes(out.nominal_bytes_per_token_layer, byte_scale);
+  return out;
 }
 
 } // namespace dualpath::actors

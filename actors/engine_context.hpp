@@ -76,7 +76,21 @@ struct model_shape {
   uint32_t attn_topk = 0;
   uint32_t indexer_heads = 0;
   uint32_t indexer_dim = 0;
+  /// Model layers one engine layer stands for: 1 unless a simulation
+  /// coarsened the model (coarsen(), `sim.layers_per_step`); the compute
+  /// model then charges each engine layer this many model layers.
+  double layer_weight = 1;
 };
+
+/// `m` with every `k` consecutive layers taken as one step (k >= 1): the
+/// layers become ceil(layers / k) steps of equal size, each standing for
+/// layers / steps model layers (layer_weight) with that many times the KV
+/// bytes per token (nominal rounded to the byte, real = ceil(nominal /
+/// byte_scale)), so the KV of a token over the whole model and the compute
+/// of a batch are unchanged while the per-layer protocol runs 1/k as often.
+/// Only for a modeled data plane: KV content is a function of the real
+/// layer, so coarsened engines cannot verify bytes. k = 1 returns `m`.
+model_shape coarsen(const model_shape& m, uint32_t k, uint32_t byte_scale);
 
 /// One emulated node.
 struct node_resources {

@@ -1,6 +1,7 @@
 #include "actors/engine_timing.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "gpu/device.hpp"
 
@@ -15,7 +16,9 @@ uint64_t nominal_of_real(uint64_t real, const model_shape& m) {
 gpu::model_shape compute_shape(const engine_config& cfg) {
   gpu::model_shape m;
   m.name = "engine";
-  m.layers = cfg.model.layers;
+  // The model's own layers (a coarsened engine layer stands for several).
+  auto w = cfg.model.layer_weight > 0 ? cfg.model.layer_weight : 1.0;
+  m.layers = static_cast<uint32_t>(std::lround(cfg.model.layers * w));
   m.active_params = cfg.model.active_params;
   m.attention_heads = cfg.model.attn_heads;
   m.qk_head_dim = cfg.model.attn_qk_dim;
@@ -23,7 +26,8 @@ gpu::model_shape compute_shape(const engine_config& cfg) {
   m.sparse_topk = cfg.model.attn_topk;
   m.indexer_heads = cfg.model.indexer_heads;
   m.indexer_dim = cfg.model.indexer_dim;
-  m.kv_bytes_per_token_layer = cfg.model.nominal_bytes_per_token_layer;
+  m.kv_bytes_per_token_layer = static_cast<uint64_t>(std::llround(
+      static_cast<double>(cfg.model.nominal_bytes_per_token_layer) / w));
   return m;
 }
 
@@ -39,8 +43,10 @@ double prefill_layer_seconds(const engine_config& cfg,
                              const std::vector<gpu::sequence_shape>& batch) {
   if (cfg.gpu_flops <= 0 || cfg.model.layers == 0)
     return 0;
+  // One engine layer = layer_weight model layers.
   return gpu::prefill_layer_seconds(compute_shape(cfg), compute_rate(cfg),
-                                    batch);
+                                    batch)
+         * (cfg.model.layer_weight > 0 ? cfg.model.layer_weight : 1.0);
 }
 
 double decode_tpot_seconds(const engine_config& cfg, uint64_t context) {

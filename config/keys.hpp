@@ -17,6 +17,7 @@ void add_gpu(std::vector<key_spec>& out);
 void add_engines(std::vector<key_spec>& out);
 void add_scheduler(std::vector<key_spec>& out);
 void add_run(std::vector<key_spec>& out);
+void add_sim(std::vector<key_spec>& out);
 void add_caf(std::vector<key_spec>& out);
 void add_observe(std::vector<key_spec>& out);
 

@@ -1,5 +1,5 @@
-// [gpu], [engines], [scheduler], [run], [caf]: small sections, one function
-// each (move a section to its own file when it grows).
+// [gpu], [engines], [scheduler], [run], [sim], [caf]: small sections, one
+// function each (move a section to its own file when it grows).
 #include "config/keys.hpp"
 
 namespace dualpath::config::keys {
@@ -95,6 +95,17 @@ void add_run(std::vector<key_spec>& out) {
   out.push_back(int_key("run.wall_limit_s", 600, "s",
                         "Wall-clock limit of one mode's replay.",
                         range::at_least(1)));
+}
+
+void add_sim(std::vector<key_spec>& out) {
+  out.push_back(int_key(
+      "sim.layers_per_step", 1, "layers",
+      "`dualpath sim` only: model layers the engines take as one step "
+      "(loaded, computed and sent together; ceil(layers / k) steps of equal "
+      "size, the same KV bytes and FLOPs in all). Fewer messages per request, "
+      "coarser layerwise overlap; docs/simulation.md measures the error. "
+      "1 = every layer (as `dualpath run`, which accepts nothing else).",
+      range::at_least(1)));
 }
 
 void add_caf(std::vector<key_spec>& out) {

@@ -26,6 +26,7 @@ std::vector<key_spec> build_schema() {
   keys::add_engines(out);
   keys::add_scheduler(out);
   keys::add_run(out);
+  keys::add_sim(out);
   keys::add_caf(out);
   keys::add_observe(out);
   return out;

@@ -89,6 +89,7 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
   s.layer_window = static_cast<uint32_t>(cfg.integer("engines.layer_window"));
   s.prefill_lookahead =
       static_cast<uint32_t>(cfg.integer("engines.prefill_lookahead"));
+  s.layers_per_step = static_cast<uint32_t>(cfg.integer("sim.layers_per_step"));
   s.fetch_period_ns = cfg.integer("scheduler.fetch_period_ms") * 1'000'000;
   // The reader pool is nominal DRAM; real bytes shrink with the byte scale,
   // but the pool must hold the longest prompt's blocks at once.
@@ -354,6 +355,8 @@ spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
     ec.model.attn_topk = spec.model.sparse_topk;
     ec.model.indexer_heads = spec.model.indexer_heads;
     ec.model.indexer_dim = spec.model.indexer_dim;
+    if (spec.plane == data_plane::modeled)
+      ec.model = coarsen(ec.model, spec.layers_per_step, spec.byte_scale);
     ec.time = time;
     ec.byte_scale = spec.byte_scale;
     ec.node = node;

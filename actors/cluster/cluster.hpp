@@ -81,6 +81,9 @@ struct cluster_spec {
   observe::hooks_ptr hooks;
   observer_actor observer;
   data_plane plane = data_plane::real;
+  /// Model layers the engines take as one step (`sim.layers_per_step`,
+  /// coarsen()); applied on a modeled data plane only.
+  uint32_t layers_per_step = 1;
 };
 
 /// Reads a cluster_spec from the configuration for `mode`. Fails naming the

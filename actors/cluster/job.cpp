@@ -275,6 +275,12 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   auto trace = job_trace(cfg, opts);
   if (!trace)
     return trace.error();
+  // Coarser steps only make sense where no byte is checked.
+  if (!opts.simulate && cfg.integer("sim.layers_per_step") != 1)
+    return caf::make_error(caf::sec::invalid_argument,
+                           "sim.layers_per_step applies to `dualpath sim` "
+                           "only (`run` moves and verifies every layer's "
+                           "bytes)");
   // -- the block store, pre-populated with every trajectory's history --------
   auto spec0 = spec_from(cfg, load_mode::dualpath);
   if (!spec0)

@@ -59,6 +59,9 @@ deployment_spec(const config::settings& cfg, const cluster_file& cf) {
   auto spec = cluster::spec_from(cfg, variant->mode);
   if (!spec)
     return spec.error();
+  if (spec->layers_per_step != 1)
+    return bad_input("sim.layers_per_step applies to `dualpath sim` only "
+                     "(a deployment moves every layer's bytes)");
   if (variant->round_robin) {
     spec->policy.kind = scheduler::policy_kind::basic;
     spec->policy.reads = scheduler::read_mode::shorter_queue;

@@ -166,6 +166,32 @@ TEST_CASE("a small cluster simulated agrees with run on JCT within 10%") {
   }
 }
 
+TEST_CASE("coarser layer steps: far fewer streamer jobs, nearly the same JCT") {
+  auto fine = run_json(small("sim", {"--mode", "basic,dualpath"}));
+  auto coarse = run_json(small(
+      "sim", {"--mode", "basic,dualpath", "--set", "sim.layers_per_step=8"}));
+  for (auto mode : {"basic", "dualpath"}) {
+    CAPTURE(mode);
+    auto& f = fine["modes"][mode];
+    auto& c = coarse["modes"][mode];
+    auto jobs = [](json& m) {
+      return m["sim"]["events_by_actor"]["layer_streamer"].get<double>();
+    };
+    // 61 layers -> 8 steps: the per-layer protocol runs ~1/8 as often.
+    CHECK(jobs(c) < jobs(f) / 4);
+    CHECK(c["sim"]["events"].get<double>() < f["sim"]["events"].get<double>());
+    // The same work: bytes read, requests, and JCT within 5%.
+    for (auto key : {"bytes_read_pe_side", "bytes_read_de_side", "requests"})
+      CHECK(c[key] == f[key]);
+    auto jf = f["jct_s"].get<double>();
+    auto jc = c["jct_s"].get<double>();
+    CAPTURE(jf);
+    CAPTURE(jc);
+    CHECK(std::abs(jc - jf) <= 0.05 * jf);
+    CHECK(jc != jf); // the knob does change the simulation
+  }
+}
+
 TEST_CASE("bad input exits 2 naming what was wrong") {
   auto bad_mode = run_process(small("sim", {"--mode", "turbo"}));
   CHECK(bad_mode.status == 2);
@@ -173,4 +199,15 @@ TEST_CASE("bad input exits 2 naming what was wrong") {
   auto zero_turns = run_process(small("sim", {"--turns", "0"}));
   CHECK(zero_turns.status == 2);
   CHECK(zero_turns.err.find("run.turns") != std::string::npos);
+  // Coarse steps are a simulation's knob: run moves and verifies every layer.
+  temp_dir dir;
+  auto coarse_run =
+      run_process(small("run", {"--set", "sim.layers_per_step=2", "--store-dir",
+                                dir.file("store")}));
+  CHECK(coarse_run.status == 2);
+  CHECK(coarse_run.err.find("sim.layers_per_step") != std::string::npos);
+  auto zero_step =
+      run_process(small("sim", {"--set", "sim.layers_per_step=0"}));
+  CHECK(zero_step.status == 2);
+  CHECK(zero_step.err.find("sim.layers_per_step") != std::string::npos);
 }

@@ -1,5 +1,6 @@
 #include "actors/storage_reader.hpp"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -126,7 +127,8 @@ struct reader_state {
   // or repeated release a mismatch; `leased` marks the slots leased now.
   std::vector<uint32_t> lease_gen;
   std::vector<uint8_t> leased;
-  size_t leases = 0; // slots leased now
+  size_t leases = 0;            // slots leased now
+  std::vector<uint8_t> present; // pump_modeled's scratch
   uint64_t next_id = 1;
   uint32_t inflight = 0;
   read_queue_status queue;
@@ -248,7 +250,14 @@ void pump_modeled(self_ptr self) {
     job->request = rid;
     auto now = self->clock().now();
     job->ready_at = now;
-    while (p.next < p.req.blocks.size() && st.inflight < st.cfg.max_inflight) {
+    // The blocks this job may take, checked in the store at once.
+    auto first = p.next;
+    auto n = std::min<size_t>(p.req.blocks.size() - first,
+                              st.cfg.max_inflight - st.inflight);
+    st.present.resize(n);
+    st.cfg.store->contains(p.req.blocks.data() + first, n, st.present.data());
+    job->parts.reserve(n);
+    while (p.next < first + n) {
       auto slot = st.cfg.pool->acquire();
       if (!slot)
         break; // back-pressure: wait for a release
@@ -256,7 +265,7 @@ void pump_modeled(self_ptr self) {
       part.index = p.next++;
       part.hash = p.req.blocks[part.index];
       part.slot = *slot;
-      if (!st.cfg.store->contains(part.hash))
+      if (!st.present[part.index - first])
         part.err = caf::make_error(storage_errc::missing_block,
                                    "block not in the store");
       job->ready_at = paced(st, payload_bytes(st), now);

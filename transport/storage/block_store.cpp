@@ -1,5 +1,6 @@
 #include "transport/storage/block_store.hpp"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -132,7 +133,13 @@ lookup_result block_store::lookup(const std::vector<uint32_t>& tokens) const {
   auto hashes = block_hashes(tokens, cfg_.geometry.block_tokens);
   std::shared_lock<std::shared_mutex> guard{mtx_};
   auto parent = root_hash;
-  for (auto h : hashes) {
+  constexpr size_t ahead = 8;
+  for (size_t k = 0; k < std::min(ahead, hashes.size()); ++k)
+    parent_of_.prefetch(hashes[k]);
+  for (size_t k = 0; k < hashes.size(); ++k) {
+    auto h = hashes[k];
+    if (k + ahead < hashes.size())
+      parent_of_.prefetch(hashes[k + ahead]);
     auto* p = parent_of_.find(h);
     // The parent check makes a (practically impossible) hash collision with
     // another prefix end the hit instead of splicing two prompts.
@@ -145,6 +152,19 @@ lookup_result block_store::lookup(const std::vector<uint32_t>& tokens) const {
   result.hit_tokens =
       uint64_t{cfg_.geometry.block_tokens} * result.blocks.size();
   return result;
+}
+
+void block_store::contains(const block_hash* hashes, size_t n,
+                           uint8_t* present) const {
+  std::shared_lock<std::shared_mutex> guard{mtx_};
+  constexpr size_t ahead = 8;
+  for (size_t k = 0; k < std::min(ahead, n); ++k)
+    parent_of_.prefetch(hashes[k]);
+  for (size_t k = 0; k < n; ++k) {
+    if (k + ahead < n)
+      parent_of_.prefetch(hashes[k + ahead]);
+    present[k] = parent_of_.contains(hashes[k]) ? 1 : 0;
+  }
 }
 
 bool block_store::contains(block_hash hash) const {

@@ -92,6 +92,10 @@ public:
 
   bool contains(block_hash hash) const;
 
+  /// contains() for `n` blocks at once (present[k] = 1 or 0), their cache
+  /// misses overlapped: a reader checks a request's blocks this way.
+  void contains(const block_hash* hashes, size_t n, uint8_t* present) const;
+
   /// Number of indexed blocks.
   size_t size() const;
 

@@ -478,10 +478,11 @@ void on_decode_end(self_ptr self, uint64_t id) {
     return;
   auto& r = i->second;
   const auto bt = cfg.model.block_tokens;
-  auto seq = r.a.request.tokens;
-  seq.insert(seq.end(), r.a.request.output_tokens.begin(),
-             r.a.request.output_tokens.end());
+  auto& prompt = r.a.request.tokens;
+  auto& output = r.a.request.output_tokens;
   if (!moves_bytes(cfg)) {
+    auto seq = prompt;
+    seq.insert(seq.end(), output.begin(), output.end());
     // Oracle bypasses I/O, not caching: the blocks the other modes persist
     // are stored at once, without time, so the agent's next turn finds the
     // same hits (without them every later turn recomputed its history).
@@ -493,8 +494,20 @@ void on_decode_end(self_ptr self, uint64_t id) {
     send_done(self, id);
     return;
   }
-  auto full = storage::block_hashes(seq, bt);
+  // The full blocks of prompt + output: the prompt's own were hashed at
+  // admission (r.hashes); only the blocks from the prompt's partial tail on
+  // are new (hashing the whole sequence again cost ~10% of a simulation).
   uint32_t prompt_full = r.tokens / bt;
+  std::vector<block_hash> full(r.hashes.begin(),
+                               r.hashes.begin() + prompt_full);
+  std::vector<uint32_t> tail(prompt.begin() + uint64_t{prompt_full} * bt,
+                             prompt.end());
+  tail.insert(tail.end(), output.begin(), output.end());
+  auto parent = full.empty() ? transport::root_hash : full.back();
+  for (size_t k = 0; bt > 0 && k + bt <= tail.size(); k += bt) {
+    parent = storage::chain_hash(parent, tail.data() + k, bt);
+    full.push_back(parent);
+  }
   uint32_t first = std::min(r.summary.hit_blocks, prompt_full);
   for (uint32_t b = first; b < full.size(); ++b) {
     persist_job job;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include <caf/all.hpp>
@@ -32,6 +33,32 @@ struct tracked_request {
 constexpr int attempt_shift = 48;
 constexpr uint64_t id_mask = (uint64_t{1} << attempt_shift) - 1;
 
+// Engine identity (node, rank) -> dense index. Every fetch and report
+// carries a group's engines, 100 times per simulated second per group: one
+// hash of the node name and an array access per engine (an ordered map of
+// (string, rank) tuples took several string compares each).
+class engine_index {
+public:
+  void add(const engine_id& id, uint32_t index) {
+    auto& ranks = by_node_[id.node];
+    if (ranks.size() <= id.rank)
+      ranks.resize(id.rank + 1, none);
+    ranks[id.rank] = index;
+  }
+
+  std::optional<uint32_t> find(const engine_id& id) const {
+    auto i = by_node_.find(id.node);
+    if (i == by_node_.end() || id.rank >= i->second.size()
+        || i->second[id.rank] == none)
+      return std::nullopt;
+    return i->second[id.rank];
+  }
+
+private:
+  static constexpr uint32_t none = ~uint32_t{0};
+  std::unordered_map<std::string, std::vector<uint32_t>> by_node_;
+};
+
 struct scheduler_state {
   static inline const char* name = "dualpath.scheduler";
 
@@ -41,8 +68,8 @@ struct scheduler_state {
   std::deque<scheduler::request_info> waiting;
   std::unordered_map<uint64_t, tracked_request> requests;
   // Engine identities -> dense indices and handles.
-  std::map<std::tuple<std::string, uint32_t>, uint32_t> pe_index;
-  std::map<std::tuple<std::string, uint32_t>, uint32_t> de_index;
+  engine_index pe_index;
+  engine_index de_index;
   std::vector<caf::actor> pe_actor;
   std::vector<caf::actor> de_actor;
   // Prefill engines of each prefill group (candidates of that group's fetch).
@@ -65,10 +92,6 @@ struct scheduler_state {
 };
 
 using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
-
-std::tuple<std::string, uint32_t> key_of(const engine_id& id) {
-  return {id.node, id.rank};
-}
 
 // Turns a request whose PE and DE are both known into an assignment.
 assignment make_assignment(scheduler_state& s, tracked_request& t,
@@ -306,7 +329,7 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
     s.de_seq.resize(s.cfg.decode.size(), 0);
     s.de_tok.resize(s.cfg.decode.size(), 0);
     for (uint32_t i = 0; i < s.cfg.prefill.size(); ++i) {
-      s.pe_index[key_of(s.cfg.prefill[i].id)] = i;
+      s.pe_index.add(s.cfg.prefill[i].id, i);
       s.all_pes.push_back(i);
       auto g = s.cfg.prefill[i].group;
       if (s.pe_groups.size() <= g)
@@ -314,7 +337,7 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
       s.pe_groups[g].push_back(i);
     }
     for (uint32_t i = 0; i < s.cfg.decode.size(); ++i)
-      s.de_index[key_of(s.cfg.decode[i].id)] = i;
+      s.de_index.add(s.cfg.decode[i].id, i);
     self->set_down_handler([self](const caf::down_msg& dm) {
       // An engine died (or its node was lost: a remote node's actors go
       // down with remote_link_unreachable): re-queue every request it held
@@ -361,9 +384,8 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
           auto& s = self->state;
           ++s.counters.fetches;
           for (auto& e : rep.engines) {
-            auto i = s.pe_index.find(key_of(e.engine));
-            if (i != s.pe_index.end())
-              s.st.update_prefill(i->second, e.seq, e.tok, e.read_q_tokens);
+            if (auto i = s.pe_index.find(e.engine))
+              s.st.update_prefill(*i, e.seq, e.tok, e.read_q_tokens);
             observe_load(s, e);
           }
           if (rep.group >= s.pe_groups.size() || s.waiting.empty()) {
@@ -389,13 +411,11 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
         [self](report_atom, const group_report& rep) {
           auto& s = self->state;
           for (auto& e : rep.engines) {
-            auto i = s.de_index.find(key_of(e.engine));
             // seq_e / tok_e: what was dispatched there and is not done (see
             // de_tok); the engine reports its read queue and free HBM.
-            if (i != s.de_index.end())
-              s.st.update_decode(i->second, s.de_seq[i->second],
-                                 s.de_tok[i->second], e.read_q_tokens,
-                                 e.free_hbm_bytes);
+            if (auto i = s.de_index.find(e.engine))
+              s.st.update_decode(*i, s.de_seq[*i], s.de_tok[*i],
+                                 e.read_q_tokens, e.free_hbm_bytes);
             observe_load(s, e);
           }
           if (rep.group < s.st.decode_groups.size()) {
@@ -410,21 +430,22 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
               reg.engine.role == engine_role::prefill ? s.pe_index : s.de_index;
           auto& actors =
               reg.engine.role == engine_role::prefill ? s.pe_actor : s.de_actor;
-          auto i = index.find(key_of(reg.engine));
-          if (i == index.end() || !reg.handle)
+          auto found = index.find(reg.engine);
+          if (!found || !reg.handle)
             return false;
-          actors[i->second] = reg.handle;
+          auto k = *found;
+          actors[k] = reg.handle;
           self->monitor(reg.handle);
           // A lost engine that comes back (its node restarted) is used again.
           if (reg.engine.role == engine_role::prefill) {
-            if (s.pe_lost[i->second]) {
-              s.pe_lost[i->second] = false;
-              s.all_pes.push_back(i->second);
+            if (s.pe_lost[k]) {
+              s.pe_lost[k] = false;
+              s.all_pes.push_back(k);
               std::sort(s.all_pes.begin(), s.all_pes.end());
             }
-          } else if (s.de_lost[i->second]) {
-            s.de_lost[i->second] = false;
-            auto g = s.cfg.decode[i->second].group;
+          } else if (s.de_lost[k]) {
+            s.de_lost[k] = false;
+            auto g = s.cfg.decode[k].group;
             auto& grp = s.st.decode_groups[g];
             uint64_t total = 0;
             for (auto m : grp.members)

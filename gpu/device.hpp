@@ -96,6 +96,11 @@ struct device_options {
   uint64_t hbm_budget = uint64_t{1} << 30;
   /// CUDA device ordinal.
   int cuda_device = 0;
+  /// Host backend only. false: an accounting-only device for a simulation
+  /// whose engines copy nothing: allocations count against the budget (the
+  /// same refusals as with memory) but hold none; every buffer's data()
+  /// points at one inaccessible page, and copies and checksums fail.
+  bool backed = true;
 };
 
 /// One copy: `length` bytes from offset `src_offset` of the source to offset

@@ -4,7 +4,9 @@
 // GPU); pin() only records the range; each stream is a worker thread that runs
 // its copies (memcpy) and checksums in submission order, so copies complete
 // asynchronously and events complete when the worker reaches them, as on a
-// CUDA stream.
+// CUDA stream. An unbacked host device (device_options::backed = false)
+// only counts: its buffers all point at one PROT_NONE page, so a stray access
+// faults instead of corrupting memory, and copies and checksums fail.
 
 #include <condition_variable>
 #include <cstdlib>
@@ -14,6 +16,9 @@
 #include <future>
 #include <mutex>
 #include <thread>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "gpu/checksum.hpp"
 #include "gpu/device.hpp"
@@ -93,14 +98,20 @@ using host_event = std::shared_ptr<host_event_state>;
 
 class host_device final : public device {
 public:
-  explicit host_device(uint64_t budget) : device(budget) {
+  host_device(uint64_t budget, std::byte* guard)
+      : device(budget), guard_(guard) {
     caps_.kind = backend_kind::host;
-    caps_.name = "host memory";
+    caps_.name = guard_ ? "host accounting (no memory)" : "host memory";
     caps_.real_device = false;
-    caps_.host_addressable = true;
+    caps_.host_addressable = guard_ == nullptr;
     caps_.batched_copy = true;
     caps_.device_checksum = false;
     caps_.total_memory = budget;
+  }
+
+  ~host_device() override {
+    if (guard_ != nullptr)
+      munmap(guard_, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
   }
 
   const device_capabilities& capabilities() const override {
@@ -109,6 +120,8 @@ public:
 
 protected:
   caf::expected<std::byte*> do_allocate(size_t bytes) override {
+    if (guard_ != nullptr)
+      return guard_; // counted by device::allocate, nothing held
     const size_t rounded =
         (bytes + host_alignment - 1) / host_alignment * host_alignment;
     auto ptr = std::aligned_alloc(host_alignment, rounded);
@@ -120,7 +133,8 @@ protected:
   }
 
   void do_free(std::byte* data, size_t) noexcept override {
-    std::free(data);
+    if (data != guard_)
+      std::free(data);
   }
 
   caf::error do_pin(std::byte*, size_t) override {
@@ -150,6 +164,8 @@ protected:
 
   caf::error do_copy(direction, const std::vector<raw_chunk>& chunks,
                      void* stream_handle, copy_method method) override {
+    if (guard_ != nullptr)
+      return unbacked("copy");
     auto& s = *static_cast<host_stream*>(stream_handle);
     if (method == copy_method::batched) {
       // One submission for the list, like one cudaMemcpyBatchAsync.
@@ -203,6 +219,8 @@ protected:
 
   caf::expected<uint64_t> do_checksum(const std::byte* data, size_t length,
                                       void* stream_handle) override {
+    if (guard_ != nullptr)
+      return unbacked("checksum");
     // In stream order, after the copies submitted before.
     std::promise<uint64_t> result;
     auto future = result.get_future();
@@ -213,7 +231,15 @@ protected:
   }
 
 private:
+  static caf::error unbacked(const char* what) {
+    return caf::make_error(gpu_errc::invalid_argument,
+                           std::string{what}
+                               + " on an accounting-only host device "
+                                 "(device_options::backed = false)");
+  }
+
   device_capabilities caps_;
+  std::byte* guard_; // the one page unbacked buffers point at, or null
 };
 
 } // namespace
@@ -223,8 +249,19 @@ make_host_device(const device_options& opts) {
   if (opts.hbm_budget == 0)
     return caf::make_error(gpu_errc::invalid_argument,
                            "host backend needs a non-zero HBM budget");
+  std::byte* guard = nullptr;
+  if (!opts.backed) {
+    auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+    void* p =
+        mmap(nullptr, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      return caf::make_error(gpu_errc::out_of_memory,
+                             "mmap of the accounting device's guard page "
+                             "failed");
+    guard = static_cast<std::byte*>(p);
+  }
   return std::shared_ptr<device>{
-      std::make_shared<host_device>(opts.hbm_budget)};
+      std::make_shared<host_device>(opts.hbm_budget, guard)};
 }
 
 } // namespace dualpath::gpu

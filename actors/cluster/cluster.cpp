@@ -362,6 +362,8 @@ spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
     ec.node = node;
     gpu::device_options dopts;
     dopts.backend = gpu::backend_choice::host;
+    // A modeled data plane copies nothing: HBM is only counted.
+    dopts.backed = spec.plane == data_plane::real;
     dopts.hbm_budget =
         std::max<uint64_t>(real_bytes(spec.hbm_bytes, spec.byte_scale), 1);
     auto dev = gpu::make_host_device(dopts);

@@ -66,6 +66,39 @@ TEST_CASE("host backend: copies are asynchronous; the stream runs them") {
   CHECK(std::equal(src.begin(), src.end(), buf->data()));
 }
 
+TEST_CASE("host backend without memory: counts the budget, refuses copies") {
+  device_options opts;
+  opts.backend = backend_choice::host;
+  opts.hbm_budget = 1000;
+  opts.backed = false;
+  auto made = make_host_device(opts);
+  REQUIRE(made);
+  auto dev = *made;
+  CHECK_FALSE(dev->capabilities().host_addressable);
+  // Far more than the process could hold if it were memory: only counted.
+  auto a = dev->allocate(600);
+  REQUIRE(a);
+  CHECK(a->valid());
+  CHECK_EQ(dev->bytes_allocated(), 600u);
+  auto b = dev->allocate(500);
+  REQUIRE_FALSE(b);
+  CHECK(b.error() == gpu_errc::budget_exceeded);
+  auto c = dev->allocate(400);
+  REQUIRE(c);
+  CHECK_EQ(dev->bytes_allocated(), 1000u);
+  a->reset();
+  CHECK_EQ(dev->bytes_allocated(), 400u);
+  // Nothing to copy to or from: an error, not a write through data().
+  std::vector<std::byte> host(64);
+  auto pinned = dev->pin(host.data(), host.size());
+  REQUIRE(pinned);
+  auto stream = dev->make_stream();
+  REQUIRE(stream);
+  auto err = dev->copy_h2d(*pinned, *c, {copy_chunk{0, 0, 64}}, *stream);
+  CHECK(err);
+  CHECK(to_string(err).find("accounting-only") != std::string::npos);
+}
+
 TEST_CASE("factory: gpu.backend parses and auto falls back to host") {
   CHECK(parse_backend_choice("auto") == backend_choice::automatic);
   CHECK(parse_backend_choice("cuda") == backend_choice::cuda);

@@ -245,6 +245,15 @@ void pump_modeled(self_ptr self) {
     if (next == nullptr)
       return;
     auto& p = *next;
+    // Issue in runs of at least half the in-flight budget (or the rest of
+    // the request): a run completing frees exactly its own places, so
+    // issuing into whatever is free splits the budget into ever smaller
+    // runs (3.4 blocks per message measured at 2P4D). Half the budget is
+    // still queued on the NIC meanwhile, so it never idles for this.
+    auto free = st.cfg.max_inflight - st.inflight;
+    auto left = p.req.blocks.size() - p.next;
+    if (st.inflight > 0 && free < (st.cfg.max_inflight + 1) / 2 && free < left)
+      return;
     auto job = std::make_shared<io_job>();
     job->kind = io_job::read;
     job->request = rid;

@@ -464,3 +464,40 @@ TEST_CASE("modeled reads: one paced completion per issue, same NIC time") {
   CHECK_EQ(published.back().requests, 0u);
   CHECK_EQ(published.back().tokens, 0u);
 }
+
+TEST_CASE("modeled reads: runs of half the budget, the NIC kept busy") {
+  env e{kv_geometry{4, 8, 100}, 2, 40}; // 3200-byte payloads, 1 s each
+  simulated_config cfg;
+  caf::actor_system sys{cfg};
+  auto& sched =
+      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  auto rc = inline_paced(e, 64);
+  rc.modeled_reads = true;
+  rc.max_inflight = 8;
+  auto reader = spawn_storage_reader(sys, rc);
+  REQUIRE(reader);
+  std::optional<read_completion> a;
+  std::optional<read_completion> b;
+  // A takes 3 places, B (40 blocks) the other 5. Issued into whatever is
+  // free, B would go on in runs of 3 and 5 (A's and its own first run).
+  sys.spawn([&](caf::event_based_actor* self) {
+    self->request(*reader, caf::infinite, read_atom_v, e.request(1, 0, 0, 3))
+        .then([&](read_completion& c) { a = std::move(c); });
+    self->request(*reader, caf::infinite, read_atom_v, e.request(2, 1, 0, 40))
+        .then([&](read_completion& c) { b = std::move(c); });
+  });
+  sched.run();
+  size_t done_messages = 0;
+  for (int s = 1; s <= 43; ++s) {
+    sched.advance_time(milliseconds{1000});
+    done_messages += sched.run();
+    CHECK_EQ(b.has_value(), s == 43); // the NIC never idles: 43 blocks, 43 s
+  }
+  REQUIRE(a);
+  REQUIRE(b);
+  CHECK_EQ(a->leases.size(), 3u);
+  CHECK_EQ(b->leases.size(), 40u);
+  // A's run, then B's runs of 5, 8, 8, 8, 8, 3, and the two replies.
+  CAPTURE(done_messages);
+  CHECK_LE(done_messages, 9u);
+}

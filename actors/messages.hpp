@@ -15,6 +15,7 @@
 #include <caf/actor.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "actors/token_list.hpp"
 #include "transport/types.hpp"
 
 namespace dualpath::actors {
@@ -57,11 +58,11 @@ typename Inspector::result_type inspect(Inspector& f, engine_id& x) {
 /// One turn of one agent: the prompt's token ids (all earlier appends and
 /// generations plus the new append) and how many tokens to generate.
 struct request_spec {
-  uint64_t id = 0;              ///< Unique per run.
-  uint64_t agent = 0;           ///< Trajectory (agent) id.
-  uint32_t turn = 0;            ///< Turn index inside the trajectory.
-  std::vector<uint32_t> tokens; ///< Prompt token ids.
-  uint32_t gen_tokens = 0;      ///< Tokens to generate in decode.
+  uint64_t id = 0;         ///< Unique per run.
+  uint64_t agent = 0;      ///< Trajectory (agent) id.
+  uint32_t turn = 0;       ///< Turn index inside the trajectory.
+  token_list tokens;       ///< Prompt token ids (shared buffer).
+  uint32_t gen_tokens = 0; ///< Tokens to generate in decode.
   /// The token ids the emulated model generates (gen_tokens of them, from
   /// the trace), so the decode engine can persist their KV blocks.
   std::vector<uint32_t> output_tokens;

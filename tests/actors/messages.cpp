@@ -156,6 +156,30 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
   CHECK_EQ(checked, registered_type_names().size());
 }
 
+TEST_CASE_FIXTURE(fixture, "a request's tokens: copies share, loads do not") {
+  auto r = request();
+  auto copy = r;
+  CHECK(copy.tokens.shares_with(r.tokens));
+  CHECK_EQ(caf::deep_to_string(r.tokens), "[9004, 9005]");
+  // Through the serializer (another node): equal ids in a buffer of its own.
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  REQUIRE(!sink(r));
+  request_spec loaded;
+  loaded.tokens = token_list{1, 2, 3};
+  auto other = loaded.tokens; // shares the buffer the load replaces
+  caf::binary_deserializer source{sys, buf};
+  REQUIRE(!source(loaded));
+  CHECK(loaded.tokens == r.tokens);
+  CHECK_FALSE(loaded.tokens.shares_with(r.tokens));
+  CHECK(other == token_list{1, 2, 3}); // not overwritten in place
+  CHECK_EQ(r.tokens.size(), 2u);
+  // Empty lists hold no buffer and equal each other.
+  CHECK(token_list{} == token_list{std::vector<uint32_t>{}});
+  CHECK(token_list{}.empty());
+  CHECK_FALSE(token_list{}.shares_with(token_list{}));
+}
+
 TEST_CASE("registered names are the fully qualified type names") {
   auto names = registered_type_names();
   CHECK(std::find(names.begin(), names.end(), "dualpath::actors::request_spec")

@@ -112,8 +112,10 @@ assignment make(uint64_t id, uint32_t tokens, uint32_t gen, caf::actor pe,
                 caf::actor de, read_plan plan) {
   assignment a;
   a.request.id = id;
+  std::vector<uint32_t> ids;
   for (uint32_t i = 0; i < tokens; ++i)
-    a.request.tokens.push_back(1000 * static_cast<uint32_t>(id) + i);
+    ids.push_back(1000 * static_cast<uint32_t>(id) + i);
+  a.request.tokens = std::move(ids);
   a.request.gen_tokens = gen;
   a.prefill = engine_id{"pe", engine_role::prefill, 0};
   a.decode = engine_id{"de", engine_role::decode, 0};

@@ -138,7 +138,7 @@ request_spec make_request(uint64_t id) {
   request_spec r;
   r.id = id;
   r.agent = id;
-  r.tokens.assign(100 + id, 7);
+  r.tokens = std::vector<uint32_t>(100 + id, 7);
   r.gen_tokens = 10;
   return r;
 }

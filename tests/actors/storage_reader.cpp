@@ -98,6 +98,20 @@ storage_reader_config inline_paced(env& e, uint32_t slots) {
   return rc;
 }
 
+// inline_paced() for modeled reads (a simulation's reader).
+storage_reader_config modeled_paced(env& e, uint32_t slots,
+                                    uint32_t max_inflight) {
+  auto rc = inline_paced(e, slots);
+  rc.modeled_reads = true;
+  rc.max_inflight = max_inflight;
+  return rc;
+}
+
+// The deterministic coordinator of a system built with simulated_config.
+caf::scheduler::test_coordinator& coordinator_of(caf::actor_system& sys) {
+  return dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+}
+
 bool lease_is_exact(const buffer_lease& l, const buffer_pool& pool,
                     const kv_geometry& geo) {
   if (l.region.length != geo.payload_bytes()
@@ -367,8 +381,7 @@ TEST_CASE("pacing and persistence follow simulated time") {
   env e{kv_geometry{4, 8, 100}, 1, 2}; // 3200-byte payloads
   simulated_config cfg;
   caf::actor_system sys{cfg};
-  auto& sched =
-      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  auto& sched = coordinator_of(sys);
   auto rc = inline_paced(e, 4);
   auto reader = spawn_storage_reader(sys, rc);
   REQUIRE(reader);
@@ -409,11 +422,8 @@ TEST_CASE("modeled reads: one paced completion per issue, same NIC time") {
   env e{kv_geometry{4, 8, 100}, 2, 4}; // 3200-byte payloads
   simulated_config cfg;
   caf::actor_system sys{cfg};
-  auto& sched =
-      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  auto rc = inline_paced(e, 4);
-  rc.modeled_reads = true;
-  rc.max_inflight = 4;
+  auto& sched = coordinator_of(sys);
+  auto rc = modeled_paced(e, 4, 4);
   std::vector<read_queue_status> published;
   rc.on_queue = [&](const read_queue_status& q) { published.push_back(q); };
   auto reader = spawn_storage_reader(sys, rc);
@@ -469,11 +479,8 @@ TEST_CASE("modeled reads: runs of half the budget, the NIC kept busy") {
   env e{kv_geometry{4, 8, 100}, 2, 40}; // 3200-byte payloads, 1 s each
   simulated_config cfg;
   caf::actor_system sys{cfg};
-  auto& sched =
-      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  auto rc = inline_paced(e, 64);
-  rc.modeled_reads = true;
-  rc.max_inflight = 8;
+  auto& sched = coordinator_of(sys);
+  auto rc = modeled_paced(e, 64, 8);
   auto reader = spawn_storage_reader(sys, rc);
   REQUIRE(reader);
   std::optional<read_completion> a;

@@ -144,13 +144,20 @@ struct reader_state {
 using self_ptr = reader_impl::stateful_pointer<reader_state>;
 
 // Runs `work` on a worker (or inline) and sends (done, id) to the reader
-// afterwards. The worker holds only a weak handle, so a terminated reader
+// afterwards, not before `ready_at` when it runs inline (the done handler
+// would only put it off until then: one message per block less in a
+// simulation). The worker holds only a weak handle, so a terminated reader
 // does not linger because of queued jobs.
-void dispatch(self_ptr self, uint64_t id, std::function<void()> work) {
+void dispatch(self_ptr self, uint64_t id, std::function<void()> work,
+              caf::actor_clock::time_point ready_at) {
   auto& st = self->state;
   if (!st.workers) {
     work();
-    self->send(self, done_atom_v, id);
+    auto now = self->clock().now();
+    if (now < ready_at)
+      self->delayed_send(self, ready_at - now, done_atom_v, id);
+    else
+      self->send(self, done_atom_v, id);
     return;
   }
   caf::weak_actor_ptr weak = caf::actor_cast<caf::weak_actor_ptr>(self);
@@ -316,17 +323,20 @@ void pump(self_ptr self) {
     ++st.inflight;
     auto store = st.cfg.store;
     auto pool = st.cfg.pool;
-    dispatch(self, id, [job, store, pool, modeled = st.cfg.modeled_reads] {
-      if (modeled) {
-        if (!store->contains(job->hash))
-          job->err = caf::make_error(storage_errc::missing_block,
-                                     "block not in the store");
-        return;
-      }
-      auto hdr = store->read_full(job->hash, pool->slot(job->slot));
-      if (!hdr)
-        job->err = std::move(hdr.error());
-    });
+    dispatch(
+        self, id,
+        [job, store, pool, modeled = st.cfg.modeled_reads] {
+          if (modeled) {
+            if (!store->contains(job->hash))
+              job->err = caf::make_error(storage_errc::missing_block,
+                                         "block not in the store");
+            return;
+          }
+          auto hdr = store->read_full(job->hash, pool->slot(job->slot));
+          if (!hdr)
+            job->err = std::move(hdr.error());
+        },
+        job->ready_at);
   }
 }
 
@@ -477,26 +487,31 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
         auto id = st.next_id++;
         st.jobs.emplace(id, job);
         auto parent = req.parent;
-        dispatch(self, id, [job, store, src, parent] {
-          if (!src) {
-            // No source bytes: the deterministic KV content of this block
-            // (what a decode engine computes for it in this emulation).
-            job->err = store->write_generated(job->hash, parent);
-            return;
-          }
-          auto& geo = store->geometry();
-          auto buf = transport::storage::aligned_buffer::make(geo.file_bytes());
-          if (!buf) {
-            job->err = std::move(buf.error());
-            return;
-          }
-          std::memcpy(buf->data() + transport::storage::header_bytes, src,
-                      geo.payload_bytes());
-          job->err = transport::storage::seal_block(
-              geo, store->config().model_id, job->hash, parent, buf->data());
-          if (!job->err)
-            job->err = store->write(job->hash, parent, buf->data());
-        });
+        dispatch(
+            self, id,
+            [job, store, src, parent] {
+              if (!src) {
+                // No source bytes: the deterministic KV content of this block
+                // (what a decode engine computes for it in this emulation).
+                job->err = store->write_generated(job->hash, parent);
+                return;
+              }
+              auto& geo = store->geometry();
+              auto buf =
+                  transport::storage::aligned_buffer::make(geo.file_bytes());
+              if (!buf) {
+                job->err = std::move(buf.error());
+                return;
+              }
+              std::memcpy(buf->data() + transport::storage::header_bytes, src,
+                          geo.payload_bytes());
+              job->err = transport::storage::seal_block(
+                  geo, store->config().model_id, job->hash, parent,
+                  buf->data());
+              if (!job->err)
+                job->err = store->write(job->hash, parent, buf->data());
+            },
+            job->ready_at);
         return job->write_promise;
       },
       [self](queue_atom) { return self->state.queue; },

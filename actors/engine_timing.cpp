@@ -13,11 +13,20 @@ uint64_t nominal_of_real(uint64_t real, const model_shape& m) {
   return real / m.real_bytes_per_token_layer * m.nominal_bytes_per_token_layer;
 }
 
+namespace {
+
+// Model layers one engine layer stands for (coarsen()).
+double layer_weight(const engine_config& cfg) {
+  return cfg.model.layer_weight > 0 ? cfg.model.layer_weight : 1.0;
+}
+
+} // namespace
+
 gpu::model_shape compute_shape(const engine_config& cfg) {
   gpu::model_shape m;
   m.name = "engine";
   // The model's own layers (a coarsened engine layer stands for several).
-  auto w = cfg.model.layer_weight > 0 ? cfg.model.layer_weight : 1.0;
+  auto w = layer_weight(cfg);
   m.layers = static_cast<uint32_t>(std::lround(cfg.model.layers * w));
   m.active_params = cfg.model.active_params;
   m.attention_heads = cfg.model.attn_heads;
@@ -46,7 +55,7 @@ double prefill_layer_seconds(const engine_config& cfg,
   // One engine layer = layer_weight model layers.
   return gpu::prefill_layer_seconds(compute_shape(cfg), compute_rate(cfg),
                                     batch)
-         * (cfg.model.layer_weight > 0 ? cfg.model.layer_weight : 1.0);
+         * layer_weight(cfg);
 }
 
 double decode_tpot_seconds(const engine_config& cfg, uint64_t context) {

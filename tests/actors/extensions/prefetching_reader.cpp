@@ -91,6 +91,10 @@ TEST_CASE("the next turn's blocks are prefetched and served from DRAM") {
   pc.node = "de0";
   pc.observer = obs;
   pc.report_period = std::chrono::milliseconds(20);
+  // Longer than the two persists below take even under a sanitizer (each is
+  // a real file write): with the default 2 ms the chain could settle after
+  // the first one and be prefetched twice (7 blocks instead of 4).
+  pc.settle = std::chrono::milliseconds(500);
   auto reader = spawn_prefetching_reader(sys, *inner, pc);
   auto read = [&](uint32_t first, uint32_t n) {
     read_request r;

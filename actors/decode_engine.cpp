@@ -481,7 +481,7 @@ void on_decode_end(self_ptr self, uint64_t id) {
   auto& prompt = r.a.request.tokens;
   auto& output = r.a.request.output_tokens;
   if (!moves_bytes(cfg)) {
-    std::vector<uint32_t> seq = prompt.ids();
+    std::vector<uint32_t> seq = prompt.to_vector();
     seq.insert(seq.end(), output.begin(), output.end());
     // Oracle bypasses I/O, not caching: the blocks the other modes persist
     // are stored at once, without time, so the agent's next turn finds the

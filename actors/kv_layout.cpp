@@ -8,19 +8,36 @@ namespace dualpath::actors {
 
 namespace storage = transport::storage;
 
+namespace {
+
+/// Appends the hash of the trailing partial block of ids[0, size) to the
+/// full blocks' hashes in `result`.
 std::vector<transport::block_hash>
-prompt_block_hashes(const std::vector<uint32_t>& tokens,
-                    uint32_t block_tokens) {
-  auto result = storage::block_hashes(tokens, block_tokens);
+with_tail(std::vector<transport::block_hash> result, const uint32_t* ids,
+          size_t size, uint32_t block_tokens) {
   if (block_tokens == 0)
     return result;
   size_t full = result.size() * block_tokens;
-  if (full < tokens.size()) {
+  if (full < size) {
     auto parent = result.empty() ? transport::root_hash : result.back();
-    result.push_back(storage::chain_hash(parent, tokens.data() + full,
-                                         tokens.size() - full));
+    result.push_back(storage::chain_hash(parent, ids + full, size - full));
   }
   return result;
+}
+
+} // namespace
+
+std::vector<transport::block_hash>
+prompt_block_hashes(const std::vector<uint32_t>& tokens,
+                    uint32_t block_tokens) {
+  return with_tail(storage::block_hashes(tokens, block_tokens), tokens.data(),
+                   tokens.size(), block_tokens);
+}
+
+std::vector<transport::block_hash> prompt_block_hashes(const token_list& tokens,
+                                                       uint32_t block_tokens) {
+  return with_tail(tokens.block_hashes(block_tokens), tokens.data(),
+                   tokens.size(), block_tokens);
 }
 
 void fill_tokens(const std::vector<transport::block_hash>& hashes,

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "actors/token_list.hpp"
 #include "transport/types.hpp"
 
 namespace dualpath::actors {
@@ -33,6 +34,11 @@ namespace dualpath::actors {
 /// block's chain hash over its tokens.
 std::vector<transport::block_hash>
 prompt_block_hashes(const std::vector<uint32_t>& tokens, uint32_t block_tokens);
+
+/// The same for a shared prompt: its full blocks' hashes come from the
+/// list's cache (token_list::block_hashes).
+std::vector<transport::block_hash> prompt_block_hashes(const token_list& tokens,
+                                                       uint32_t block_tokens);
 
 /// Fills the KV of tokens [first, last) of layer `layer` of a prompt whose
 /// block hashes are `hashes`, writing token t at dst + (t - first) * bpt.

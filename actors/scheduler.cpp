@@ -364,7 +364,9 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
           info.kv_bytes_per_token =
               static_cast<uint32_t>(s.cfg.kv_bytes_per_token);
           if (s.cfg.store) {
-            auto hit = s.cfg.store->lookup(spec.tokens);
+            auto hashes =
+                spec.tokens.block_hashes(s.cfg.store->geometry().block_tokens);
+            auto hit = s.cfg.store->lookup(hashes.data(), hashes.size());
             info.hit_blocks = static_cast<uint32_t>(hit.blocks.size());
             info.hit_tokens = static_cast<uint32_t>(hit.hit_tokens);
           }

@@ -24,6 +24,9 @@ constexpr auto lag_period = std::chrono::milliseconds(20);
 struct agent_cursor {
   const scheduler::workload::trajectory* traj = nullptr;
   uint32_t next_turn = 0;
+  /// The agent's ids so far: each turn's prompt is a prefix of the next's, so
+  /// a turn appends its new ids and its prompt is a view (token_list.hpp).
+  token_sequence ids;
 };
 
 struct driver_state {
@@ -77,10 +80,18 @@ void submit_next(driver_ptr self, const scheduler_actor& scheduler,
   spec.id = s.next_id++;
   spec.agent = a.traj->agent;
   spec.turn = turn;
-  spec.tokens = scheduler::workload::prompt_tokens(*a.traj, turn);
+  auto len = scheduler::workload::prompt_length(*a.traj, turn);
+  if (a.ids.size() < len) {
+    auto n = len - a.ids.size();
+    scheduler::workload::tokens_into(*a.traj, a.ids.size(), n, a.ids.extend(n));
+    a.ids.commit(n);
+  }
+  spec.tokens = a.ids.prefix(len);
   spec.gen_tokens = a.traj->turns[turn].gen;
   spec.output_tokens =
-      scheduler::workload::tokens(*a.traj, spec.tokens.size(), spec.gen_tokens);
+      scheduler::workload::tokens(*a.traj, len, spec.gen_tokens);
+  if (a.next_turn >= a.traj->turns.size())
+    a.ids = token_sequence{}; // the last turn's views keep what they need
   spec.arrival_ns = opts.time.since_start_ns(self->clock().now());
   auto index = s.outcome.records.size();
   request_record rec;
@@ -140,7 +151,7 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
     s.start_ns = opts.time.since_start_ns(self->clock().now());
     for (auto& t : s.trace)
       if (t.turns.size() > t.history_turns)
-        s.agents.push_back(agent_cursor{&t, t.history_turns});
+        s.agents.push_back(agent_cursor{&t, t.history_turns, {}});
     // Offline: everyone now. Online: Poisson arrivals in emulated time.
     std::mt19937_64 rng{opts.seed};
     std::exponential_distribution<double> gap{opts.aps > 0 ? opts.aps : 1.0};

@@ -96,9 +96,8 @@ node_supervisor_actor spawn_supervisor(caf::actor_system& sys, node_info self,
 }
 
 uint32_t adopt_blocks(transport::storage::block_store& store,
-                      const std::vector<uint32_t>& tokens,
-                      uint32_t block_tokens) {
-  auto hashes = transport::storage::block_hashes(tokens, block_tokens);
+                      const token_list& tokens, uint32_t block_tokens) {
+  auto hashes = tokens.block_hashes(block_tokens);
   auto file_bytes = store.geometry().file_bytes();
   std::unique_ptr<std::byte, decltype(&std::free)> buf{nullptr, &std::free};
   uint32_t adopted = 0;

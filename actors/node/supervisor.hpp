@@ -49,7 +49,6 @@ spawn_submit_gate(caf::actor_system& sys, scheduler_actor scheduler,
 /// but not in its index (written by another process). Returns how many it
 /// indexed.
 uint32_t adopt_blocks(transport::storage::block_store& store,
-                      const std::vector<uint32_t>& tokens,
-                      uint32_t block_tokens);
+                      const token_list& tokens, uint32_t block_tokens);
 
 } // namespace dualpath::actors::node

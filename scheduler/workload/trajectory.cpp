@@ -45,11 +45,10 @@ uint64_t prompt_length(const trajectory& traj, size_t turn_index) {
   return len + traj.turns[turn_index].append;
 }
 
-std::vector<uint32_t> tokens(const trajectory& traj, uint64_t first,
-                             uint64_t count) {
+void tokens_into(const trajectory& traj, uint64_t first, uint64_t count,
+                 uint32_t* out) {
   // token_at() for every position, with the per-agent part hoisted out of
-  // the loop (a prompt is tens of thousands of tokens, one per request).
-  std::vector<uint32_t> out(count);
+  // the loop (a prompt is tens of thousands of tokens).
   const uint64_t own = token_base(traj.seed, traj.agent);
   const uint64_t src = token_base(traj.seed, traj.source_agent);
   const uint64_t split = traj.source_offset > 0 ? traj.source_offset : ~0ull;
@@ -57,6 +56,12 @@ std::vector<uint32_t> tokens(const trajectory& traj, uint64_t first,
     uint64_t p = first + k;
     out[k] = p >= split ? token_of(src, p - split) : token_of(own, p);
   }
+}
+
+std::vector<uint32_t> tokens(const trajectory& traj, uint64_t first,
+                             uint64_t count) {
+  std::vector<uint32_t> out(count);
+  tokens_into(traj, first, count, out.data());
   return out;
 }
 

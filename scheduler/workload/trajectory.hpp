@@ -74,6 +74,10 @@ std::vector<uint32_t> prompt_tokens(const trajectory& traj, size_t turn_index);
 std::vector<uint32_t> tokens(const trajectory& traj, uint64_t first,
                              uint64_t count);
 
+/// tokens() written to out[0, count).
+void tokens_into(const trajectory& traj, uint64_t first, uint64_t count,
+                 uint32_t* out);
+
 /// Context after the last turn's generation (all appends and generations).
 uint64_t final_length(const trajectory& traj);
 

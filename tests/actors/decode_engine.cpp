@@ -58,8 +58,13 @@ TEST_CASE("prompt block hashes add the trailing partial block's chain hash") {
   tokens.push_back(11);
   tokens.push_back(12);
   CHECK_NE(storage::block_hashes(tokens, 4)[2], all[2]);
-  CHECK_EQ(prompt_block_hashes({1, 2, 3, 4}, 4).size(), 1u);
-  CHECK(prompt_block_hashes({}, 4).empty());
+  CHECK_EQ(prompt_block_hashes(std::vector<uint32_t>{1, 2, 3, 4}, 4).size(),
+           1u);
+  CHECK(prompt_block_hashes(std::vector<uint32_t>{}, 4).empty());
+  // A shared prompt (cached full-block hashes) hashes the same.
+  CHECK(prompt_block_hashes(token_list{tokens}, 4)
+        == prompt_block_hashes(tokens, 4));
+  CHECK(prompt_block_hashes(token_list{}, 4).empty());
 }
 
 TEST_CASE("a filled layer-major slot checks exact; a flipped byte fails") {

@@ -146,20 +146,23 @@ void block_store::insert(block_hash hash, block_hash parent) {
 }
 
 lookup_result block_store::lookup(const std::vector<uint32_t>& tokens) const {
-  lookup_result result;
   auto hashes = block_hashes(tokens, cfg_.geometry.block_tokens);
+  return lookup(hashes.data(), hashes.size());
+}
+
+lookup_result block_store::lookup(const block_hash* hashes, size_t n) const {
+  lookup_result result;
   std::shared_lock<std::shared_mutex> guard{mtx_};
   auto parent = root_hash;
-  probe(parent_of_, hashes.data(), hashes.size(),
-        [&](size_t, block_hash h, const block_hash* p) {
-          // The parent check makes a (practically impossible) hash collision
-          // with another prefix end the hit instead of splicing two prompts.
-          if (p == nullptr || *p != parent)
-            return false;
-          result.blocks.push_back(h);
-          parent = h;
-          return true;
-        });
+  probe(parent_of_, hashes, n, [&](size_t, block_hash h, const block_hash* p) {
+    // The parent check makes a (practically impossible) hash collision
+    // with another prefix end the hit instead of splicing two prompts.
+    if (p == nullptr || *p != parent)
+      return false;
+    result.blocks.push_back(h);
+    parent = h;
+    return true;
+  });
   guard.unlock();
   result.hit_tokens =
       uint64_t{cfg_.geometry.block_tokens} * result.blocks.size();

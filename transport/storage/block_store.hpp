@@ -90,6 +90,10 @@ public:
   /// start.
   lookup_result lookup(const std::vector<uint32_t>& tokens) const;
 
+  /// lookup() of a prompt whose full blocks' hashes (block_hashes() of its
+  /// ids with geometry().block_tokens) are hashes[0, n).
+  lookup_result lookup(const block_hash* hashes, size_t n) const;
+
   bool contains(block_hash hash) const;
 
   /// contains() for `n` blocks at once (present[k] = 1 or 0), their cache

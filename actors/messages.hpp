@@ -263,6 +263,23 @@ typename Inspector::result_type inspect(Inspector& f, persist_request& x) {
            x.source);
 }
 
+/// Persist a chain of completed Full Blocks whose content is generated from
+/// their hashes (no source bytes: what a modeled data plane persists), in
+/// order: hashes[0]'s parent is `parent`, each later block's the one before.
+/// One message for a request's blocks instead of one per block. The reply is
+/// how many were written from the front (a failed write ends the batch: the
+/// blocks after it would chain on a block not in the store).
+struct persist_batch {
+  std::vector<block_hash> hashes;
+  block_hash parent = 0;
+  uint32_t tokens = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, persist_batch& x) {
+  return f(caf::meta::type_name("persist_batch"), x.hashes, x.parent, x.tokens);
+}
+
 // -- layer streaming
 // ------------------------------------------------------------
 

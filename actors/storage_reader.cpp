@@ -85,7 +85,7 @@ private:
 // nothing else; the actor reads it only after the done message arrived
 // (the mailbox orders the accesses).
 struct io_job {
-  enum kind_t { read, write } kind = read;
+  enum kind_t { read, write, write_batch } kind = read;
   uint64_t request = 0; // pending_read id (reads)
   size_t index = 0;     // block position in the request (reads)
   block_hash hash = 0;
@@ -94,6 +94,11 @@ struct io_job {
   bool io_done = false; // set by the actor on the first done message
   caf::error err;
   caf::typed_response_promise<block_hash> write_promise; // (writes)
+  // A persist_batch (write_batch): its blocks, how many were written, and
+  // the reply.
+  persist_batch batch;
+  uint32_t written = 0;
+  caf::typed_response_promise<uint32_t> batch_promise;
   // A modeled read of several blocks of one request (modeled_reads without
   // I/O threads): every block below, completed by one paced message at the
   // last block's time; index/hash/slot/err above are unused then.
@@ -514,6 +519,39 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
             job->ready_at);
         return job->write_promise;
       },
+      [self](persist_atom, persist_batch& req) -> caf::result<uint32_t> {
+        auto& st = self->state;
+        auto n = req.hashes.size();
+        if (n == 0 || n > max_persist_batch)
+          return caf::make_error(
+              storage_errc::invalid_argument,
+              "persist batch of " + std::to_string(n) + " blocks (1 to "
+                  + std::to_string(max_persist_batch) + " allowed)");
+        auto job = std::make_shared<io_job>();
+        job->kind = io_job::write_batch;
+        auto now = self->clock().now();
+        for (size_t k = 0; k < n; ++k)
+          job->ready_at = paced(st, payload_bytes(st), now);
+        job->batch = std::move(req);
+        job->batch_promise = self->make_response_promise<uint32_t>();
+        auto id = st.next_id++;
+        st.jobs.emplace(id, job);
+        auto store = st.cfg.store;
+        dispatch(
+            self, id,
+            [job, store] {
+              auto parent = job->batch.parent;
+              for (auto h : job->batch.hashes) {
+                job->err = store->write_generated(h, parent);
+                if (job->err)
+                  return;
+                ++job->written;
+                parent = h;
+              }
+            },
+            job->ready_at);
+        return job->batch_promise;
+      },
       [self](queue_atom) { return self->state.queue; },
       [self](done_atom, uint64_t id) {
         auto& st = self->state;
@@ -540,6 +578,24 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
           return;
         }
         auto& counters = st.cfg.counters;
+        if (job->kind == io_job::write_batch) {
+          auto failed = job->batch.hashes.size() - job->written;
+          if (counters) {
+            counters->blocks_written += job->written;
+            counters->bytes_written += payload_bytes(st) * job->written;
+            counters->writes_failed += failed;
+          }
+          if (auto& h = st.cfg.hooks) {
+            for (uint32_t k = 0; k < job->written; ++k)
+              h->count("dualpath_storage_blocks_persisted_total",
+                       {{"node", st.cfg.node}});
+            if (failed > 0)
+              h->count("dualpath_errors_total",
+                       {{"source", "storage_reader"}, {"kind", "persist"}});
+          }
+          job->batch_promise.deliver(job->written);
+          return;
+        }
         if (job->err) {
           if (counters)
             ++counters->writes_failed;

@@ -40,6 +40,7 @@ CAF_ADD_TYPE_ID(dualpath_actors, (dualpath::actors::event_record))
 CAF_ADD_TYPE_ID(dualpath_actors, (dualpath::actors::layer_push))
 CAF_ADD_TYPE_ID(dualpath_actors, (dualpath::actors::prefill_summary))
 CAF_ADD_TYPE_ID(dualpath_actors, (dualpath::actors::lease_release))
+CAF_ADD_TYPE_ID(dualpath_actors, (dualpath::actors::persist_batch))
 
 // Atoms (at most 10 characters each) naming the operations of the interfaces.
 CAF_ADD_ATOM(dualpath_actors, dualpath::actors, submit_atom, "submit")

@@ -88,9 +88,9 @@ void learn(self_ptr self, const std::vector<block_hash>& blocks) {
 }
 
 // A persisted block extends the chain whose tail is its parent.
-void extend(self_ptr self, const persist_request& req) {
+void extend(self_ptr self, block_hash hash, block_hash parent) {
   auto& st = self->state;
-  auto i = st.chains.find(req.parent);
+  auto i = st.chains.find(parent);
   std::shared_ptr<chain> c;
   if (i != st.chains.end()) {
     c = i->second;
@@ -98,11 +98,10 @@ void extend(self_ptr self, const persist_request& req) {
   } else {
     c = std::make_shared<chain>();
   }
-  c->blocks.push_back(req.hash);
+  c->blocks.push_back(hash);
   c->generation = st.next_generation++;
-  st.chains[req.hash] = c;
-  self->delayed_send(self, st.cfg.settle, settle_atom_v, req.hash,
-                     c->generation);
+  st.chains[hash] = c;
+  self->delayed_send(self, st.cfg.settle, settle_atom_v, hash, c->generation);
 }
 
 // Reads the tail of a settled chain ahead of the agent's next turn.
@@ -226,8 +225,25 @@ impl::behavior_type prefetching_reader(self_ptr self,
         self->request(self->state.inner, caf::infinite, persist_atom_v, req)
             .then(
                 [self, rp, req](block_hash h) mutable {
-                  extend(self, req);
+                  extend(self, req.hash, req.parent);
                   rp.deliver(h);
+                },
+                [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+        return rp;
+      },
+      [self](persist_atom, persist_batch& req) -> caf::result<uint32_t> {
+        auto rp = self->make_response_promise<uint32_t>();
+        self->request(self->state.inner, caf::infinite, persist_atom_v, req)
+            .then(
+                [self, rp, req](uint32_t written) mutable {
+                  // Each written block extends its chain, as one persist.
+                  auto parent = req.parent;
+                  for (uint32_t k = 0; k < written && k < req.hashes.size();
+                       ++k) {
+                    extend(self, req.hashes[k], parent);
+                    parent = req.hashes[k];
+                  }
+                  rp.deliver(written);
                 },
                 [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
         return rp;

@@ -102,6 +102,7 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
   check(read_queue_status{181, 182, 183}, {"181", "182", "183"});
   check(persist_request{191, 192, 193, region(194)},
         {"191", "192", "193", "\"node194\""});
+  check(persist_batch{{195, 196}, 197, 198}, {"195", "196", "197", "198"});
   check(layer_timing{201, 202, 203, 204, 205, 206},
         {"201", "202", "203", "204", "205", "206"});
   check(stream_item{211,

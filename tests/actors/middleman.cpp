@@ -158,6 +158,9 @@ TEST_CASE_FIXTURE(fixture, "storage reader interface over the middleman") {
         [](release_atom, uint64_t) {},
         [](release_atom, const lease_release&) {},
         [](persist_atom, const persist_request& p) { return p.hash; },
+        [](persist_atom, const persist_batch& b) {
+          return static_cast<uint32_t>(b.hashes.size() + b.parent);
+        },
         [](queue_atom) { return read_queue_status{}; },
     };
   }));
@@ -167,6 +170,8 @@ TEST_CASE_FIXTURE(fixture, "storage reader interface over the middleman") {
   REQUIRE_EQ(c.leases.size(), 2u);
   CHECK_EQ(c.leases[1].hash, 0xbbu);
   CHECK_EQ(c.leases[1].block_index, 5u);
+  CHECK_EQ(ask<uint32_t>(hdl, persist_atom_v, persist_batch{{1, 2, 3}, 10, 64}),
+           13u);
   caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
 }
 

@@ -418,6 +418,72 @@ TEST_CASE("pacing and persistence follow simulated time") {
   CHECK(e.store->contains(0x4242));
 }
 
+TEST_CASE("a persist batch: each block paced, one reply, a failure ends it") {
+  env e{kv_geometry{4, 8, 100}, 1, 2}; // 3200-byte payloads at 3200 B/s
+  simulated_config cfg;
+  caf::actor_system sys{cfg};
+  auto& sched = coordinator_of(sys);
+  auto rc = inline_paced(e, 4);
+  rc.counters = std::make_shared<storage_reader_counters>();
+  auto counters = rc.counters;
+  auto reader = spawn_storage_reader(sys, rc);
+  REQUIRE(reader);
+  auto geo = e.store->geometry();
+  std::optional<uint32_t> written;
+  std::optional<caf::error> refused;
+  auto send = [&](persist_batch b) {
+    written.reset();
+    refused.reset();
+    sys.spawn([&, b](caf::event_based_actor* client) {
+      client->request(*reader, caf::infinite, persist_atom_v, b)
+          .then([&](uint32_t n) { written = n; },
+                [&](caf::error& err) { refused = err; });
+    });
+    sched.run();
+  };
+  // Three chained blocks: the reply comes when the third would, at 3 s.
+  send(persist_batch{{0x51, 0x52, 0x53}, 0x50, geo.block_tokens});
+  sched.advance_time(milliseconds{2999});
+  sched.run();
+  CHECK_FALSE(written);
+  sched.advance_time(milliseconds{1});
+  sched.run();
+  REQUIRE(written);
+  CHECK_EQ(*written, 3u);
+  auto buf = aligned_buffer::make(geo.file_bytes());
+  REQUIRE(buf);
+  for (block_hash h : {0x51, 0x52, 0x53}) {
+    REQUIRE(e.store->read_full(h, buf->data()));
+    CHECK(kv_check_layer(h, 1, geo.block_tokens, geo.bytes_per_token_layer,
+                         buf->data() + geo.layer_offset(1)));
+  }
+  CHECK_EQ(counters->blocks_written.load(), 3u);
+  // Writes fail after one more: the batch stops there and says how far it got.
+  fault_plan failing;
+  failing.fail_after = 1;
+  e.faulty->set_plan(failing);
+  send(persist_batch{{0x61, 0x62, 0x63}, 0x53, geo.block_tokens});
+  sched.advance_time(seconds{3});
+  sched.run();
+  REQUIRE(written);
+  CHECK_EQ(*written, 1u);
+  CHECK(e.store->contains(0x61));
+  CHECK_FALSE(e.store->contains(0x62));
+  CHECK_FALSE(e.store->contains(0x63));
+  CHECK_EQ(counters->blocks_written.load(), 4u);
+  CHECK_EQ(counters->writes_failed.load(), 2u);
+  e.faulty->set_plan(fault_plan{});
+  // Empty and oversized batches are refused, naming the limit.
+  send(persist_batch{{}, 0, geo.block_tokens});
+  REQUIRE(refused);
+  CHECK(has_code(*refused, storage_errc::invalid_argument));
+  CHECK_NE(sys.render(*refused).find("4096"), std::string::npos);
+  send(persist_batch{std::vector<block_hash>(max_persist_batch + 1, 7), 0,
+                     geo.block_tokens});
+  REQUIRE(refused);
+  CHECK_FALSE(e.store->contains(7));
+}
+
 TEST_CASE("modeled reads: one paced completion per issue, same NIC time") {
   env e{kv_geometry{4, 8, 100}, 2, 4}; // 3200-byte payloads
   simulated_config cfg;

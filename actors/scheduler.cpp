@@ -78,6 +78,10 @@ struct scheduler_state {
   // Engines whose actor went down (monitored), until they enroll again.
   std::vector<bool> pe_lost;
   std::vector<bool> de_lost;
+  /// How many of pe_lost and de_lost are set: while none is, drain_lost()
+  /// has nothing to do (it runs after every fetch, and walking every group's
+  /// pending requests was most of the scheduler's time at 48K agents).
+  uint32_t lost_engines = 0;
   // Requests dispatched to each decode engine and not yet done: its seq_e
   // and tok_e as the scheduler knows them. A decode engine's own report
   // counts a request only from its admission, which waits until the prefill
@@ -232,6 +236,8 @@ void requeue(self_ptr self, tracked_request& t, const std::string& why) {
 // ever held them, so they are not counted as rerouted.
 void drain_lost(self_ptr self) {
   auto& s = self->state;
+  if (s.lost_engines == 0)
+    return;
   for (uint32_t g = 0; g < s.st.decode_groups.size(); ++g) {
     auto& pend = s.st.decode_groups[g].pending;
     bool lost = group_lost(s, g);
@@ -261,11 +267,15 @@ void engine_lost(self_ptr self, engine_role role, uint32_t index,
                  const std::string& why) {
   auto& s = self->state;
   if (role == engine_role::prefill) {
+    if (!s.pe_lost[index])
+      ++s.lost_engines;
     s.pe_lost[index] = true;
     s.pe_actor[index] = nullptr;
     s.all_pes.erase(std::remove(s.all_pes.begin(), s.all_pes.end(), index),
                     s.all_pes.end());
   } else {
+    if (!s.de_lost[index])
+      ++s.lost_engines;
     s.de_lost[index] = true;
     s.de_actor[index] = nullptr;
     s.st.decode[index].free_hbm_bytes = 0;
@@ -442,11 +452,13 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
           if (reg.engine.role == engine_role::prefill) {
             if (s.pe_lost[k]) {
               s.pe_lost[k] = false;
+              --s.lost_engines;
               s.all_pes.push_back(k);
               std::sort(s.all_pes.begin(), s.all_pes.end());
             }
           } else if (s.de_lost[k]) {
             s.de_lost[k] = false;
+            --s.lost_engines;
             auto g = s.cfg.decode[k].group;
             auto& grp = s.st.decode_groups[g];
             uint64_t total = 0;

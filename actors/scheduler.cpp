@@ -79,8 +79,8 @@ struct scheduler_state {
   std::vector<bool> pe_lost;
   std::vector<bool> de_lost;
   /// How many of pe_lost and de_lost are set: while none is, drain_lost()
-  /// has nothing to do (it runs after every fetch, and walking every group's
-  /// pending requests was most of the scheduler's time at 48K agents).
+  /// has nothing to do (it runs after every fetch; its walk over every
+  /// group's pending requests then only costs time).
   uint32_t lost_engines = 0;
   // Requests dispatched to each decode engine and not yet done: its seq_e
   // and tok_e as the scheduler knows them. A decode engine's own report

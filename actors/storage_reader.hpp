@@ -53,8 +53,10 @@ struct storage_reader_counters {
   std::atomic<uint64_t> blocks_failed{0};  ///< Blocks turned into misses.
   std::atomic<uint64_t> bytes_read{0};     ///< Payload bytes leased.
   std::atomic<uint64_t> blocks_written{0}; ///< Blocks persisted.
-  std::atomic<uint64_t> writes_failed{0};  ///< Persist requests that failed.
-  std::atomic<uint64_t> bytes_written{0};  ///< Payload bytes persisted.
+  /// Blocks a persist did not write: a failed persist_request, and a
+  /// persist_batch's blocks from its failed one on (the rest chain on it).
+  std::atomic<uint64_t> writes_failed{0};
+  std::atomic<uint64_t> bytes_written{0}; ///< Payload bytes persisted.
 };
 
 struct storage_reader_config {

@@ -1,6 +1,7 @@
 #include "actors/token_list.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <mutex>
 
@@ -97,7 +98,9 @@ uint32_t* token_sequence::extend(size_t n) {
 }
 
 void token_sequence::commit(size_t n) {
-  size_ += n;
+  size_t cap = buf_ ? buf_->capacity : 0;
+  assert(size_ + n <= cap);
+  size_ = std::min(size_ + n, cap);
 }
 
 void token_sequence::append(const uint32_t* ids, size_t n) {

@@ -54,6 +54,27 @@ public:
       : token_list(std::vector<uint32_t>(ids)) {
   }
 
+  token_list(const token_list&) = default;
+  token_list& operator=(const token_list&) = default;
+
+  /// A moved-from list is empty (its view goes with the buffer).
+  token_list(token_list&& other) noexcept
+      : buf_(std::move(other.buf_)), data_(other.data_), size_(other.size_) {
+    other.data_ = nullptr;
+    other.size_ = 0;
+  }
+
+  token_list& operator=(token_list&& other) noexcept {
+    if (this != &other) {
+      buf_ = std::move(other.buf_);
+      data_ = other.data_;
+      size_ = other.size_;
+      other.data_ = nullptr;
+      other.size_ = 0;
+    }
+    return *this;
+  }
+
   size_t size() const {
     return size_;
   }
@@ -130,6 +151,10 @@ public:
   /// Room for `n` more ids past size(), to be filled by the caller through
   /// the returned pointer and then committed with commit(n).
   uint32_t* extend(size_t n);
+
+  /// Makes `n` more ids part of the sequence. Precondition: they were made
+  /// room for by extend() and written; more than the room is clamped to it
+  /// (a view never reaches past the buffer).
   void commit(size_t n);
 
   size_t size() const {

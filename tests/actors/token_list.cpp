@@ -61,6 +61,25 @@ TEST_CASE("prefixes keep their ids while the sequence grows and moves") {
   CHECK_EQ(seq.prefix(1'000'000).size(), all.size()); // clamped to size()
 }
 
+TEST_CASE("a moved-from list is empty; the moved-to one keeps the view") {
+  token_sequence seq;
+  auto ids = iota_ids(3, 500);
+  seq.append(ids.data(), ids.size());
+  auto a = seq.prefix(300);
+  auto b = std::move(a);
+  CHECK(a.empty()); // NOLINT(bugprone-use-after-move): the state is the test
+  CHECK(a.block_hashes(64).empty());
+  CHECK(a == token_list{});
+  CHECK(b.to_vector() == std::vector<uint32_t>(ids.begin(), ids.begin() + 300));
+  token_list c;
+  c = std::move(b);
+  CHECK(b.empty()); // NOLINT(bugprone-use-after-move)
+  CHECK_EQ(c.size(), 300u);
+  CHECK(c.block_hashes(64)
+        == storage::block_hashes(
+            std::vector<uint32_t>(ids.begin(), ids.begin() + 300), 64));
+}
+
 TEST_CASE("cached block hashes equal hashing the ids, per block size") {
   token_sequence seq;
   std::vector<uint32_t> all;

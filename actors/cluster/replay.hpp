@@ -6,7 +6,7 @@
 //
 // Ownership: replay() blocks the calling (non-actor) thread until every turn
 // has completed or the wall-clock limit passes; the driver actor it spawns
-// ends with it.
+// (and, linked to it, one actor per agent) ends with it.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +39,7 @@ struct replay_options {
 
 /// One replayed request.
 struct request_record {
+  uint64_t id = 0; ///< The request's id.
   uint64_t agent = 0;
   uint32_t turn = 0;
   uint64_t prompt_tokens = 0;
@@ -48,6 +49,13 @@ struct request_record {
   bool failed = false; ///< The scheduler answered with an error.
   std::string error;
 };
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_record& x) {
+  return f(caf::meta::type_name("request_record"), x.id, x.agent, x.turn,
+           x.prompt_tokens, x.gen_tokens, x.arrival_ns, x.result, x.failed,
+           x.error);
+}
 
 struct replay_outcome {
   std::vector<request_record> records;

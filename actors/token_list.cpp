@@ -21,9 +21,11 @@ struct token_buffer {
   std::unique_ptr<uint32_t[]> ids; // [0, capacity); written once each
   size_t capacity;
 
-  std::mutex mtx;                            // guards the two below
-  uint32_t hash_block_tokens = 0;            // block size of `hashes`
-  std::vector<transport::block_hash> hashes; // chain over ids, full blocks
+  std::mutex mtx;                 // guards the two below
+  uint32_t hash_block_tokens = 0; // block size of `hashes`
+  // Chain over ids, full blocks; reserved for the whole capacity at first
+  // use, so its storage never moves (block_hash_span points into it).
+  std::vector<transport::block_hash> hashes;
 };
 
 } // namespace detail
@@ -53,17 +55,32 @@ bool operator==(const token_list& x, const token_list& y) {
   return x.data_ == y.data_ || std::equal(x.begin(), x.end(), y.begin());
 }
 
-std::vector<transport::block_hash>
-token_list::block_hashes(uint32_t block_tokens) const {
-  std::vector<transport::block_hash> out;
+token_list::hash_span token_list::block_hash_span(uint32_t block_tokens) const {
+  hash_span out;
   if (block_tokens == 0 || size_ < block_tokens)
     return out;
   size_t full = size_ / block_tokens;
   auto& b = *buf_;
   std::lock_guard<std::mutex> guard{b.mtx};
-  if (b.hash_block_tokens != block_tokens) {
-    b.hashes.clear();
+  if (b.hash_block_tokens == 0) {
+    // Room for every full block the buffer can hold: the cache never moves,
+    // so views into it stay valid while the buffer lives.
     b.hash_block_tokens = block_tokens;
+    b.hashes.reserve(b.capacity / block_tokens);
+  }
+  if (b.hash_block_tokens != block_tokens) {
+    // Another block size than the cached one (tests, tools): not cached.
+    auto own = std::make_shared<std::vector<transport::block_hash>>();
+    own->reserve(full);
+    auto parent = transport::root_hash;
+    for (size_t k = 0; k < full; ++k) {
+      parent = transport::storage::chain_hash(parent, data_ + k * block_tokens,
+                                              block_tokens);
+      own->push_back(parent);
+    }
+    out.keep = std::shared_ptr<const transport::block_hash>(own, own->data());
+    out.size = full;
+    return out;
   }
   // Extends the shared chain up to this view's last full block: ids below
   // size_ were written before the view existed and never change.
@@ -73,8 +90,16 @@ token_list::block_hashes(uint32_t block_tokens) const {
                                             block_tokens);
     b.hashes.push_back(parent);
   }
-  out.assign(b.hashes.begin(), b.hashes.begin() + full);
+  out.keep =
+      std::shared_ptr<const transport::block_hash>(buf_, b.hashes.data());
+  out.size = full;
   return out;
+}
+
+std::vector<transport::block_hash>
+token_list::block_hashes(uint32_t block_tokens) const {
+  auto span = block_hash_span(block_tokens);
+  return {span.begin(), span.end()};
 }
 
 void token_sequence::reserve(size_t n) {
@@ -85,7 +110,10 @@ void token_sequence::reserve(size_t n) {
     std::memcpy(next->ids.get(), buf_->ids.get(), size_ * sizeof(uint32_t));
     std::lock_guard<std::mutex> guard{buf_->mtx};
     next->hash_block_tokens = buf_->hash_block_tokens;
-    next->hashes = buf_->hashes;
+    if (next->hash_block_tokens > 0) {
+      next->hashes.reserve(n / next->hash_block_tokens); // never moves
+      next->hashes.assign(buf_->hashes.begin(), buf_->hashes.end());
+    }
   }
   buf_ = std::move(next);
 }

@@ -110,6 +110,28 @@ public:
   /// shared buffer and block size. Empty when block_tokens == 0.
   std::vector<transport::block_hash> block_hashes(uint32_t block_tokens) const;
 
+  /// block_hashes() without a copy: a read-only view that keeps what it
+  /// points into alive (the shared buffer's cache, whose storage never moves,
+  /// or for another block size than the cached one a list of its own).
+  struct hash_span {
+    std::shared_ptr<const transport::block_hash> keep;
+    size_t size = 0;
+
+    const transport::block_hash* data() const {
+      return keep.get();
+    }
+
+    const transport::block_hash* begin() const {
+      return keep.get();
+    }
+
+    const transport::block_hash* end() const {
+      return keep.get() + size;
+    }
+  };
+
+  hash_span block_hash_span(uint32_t block_tokens) const;
+
   /// Whether two lists share one buffer (copies of each other, or prefixes
   /// of one token_sequence).
   bool shares_with(const token_list& other) const {

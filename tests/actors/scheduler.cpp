@@ -14,6 +14,9 @@
 #include "actors/prefill_engine_actor.hpp"
 #include "actors/register.hpp"
 #include "actors/scheduler.hpp"
+#include "transport/storage/block_store.hpp"
+#include "transport/storage/kv_content.hpp"
+#include "transport/storage/modeled_backend.hpp"
 
 using namespace dualpath;
 using namespace dualpath::actors;
@@ -56,8 +59,10 @@ struct fixture {
   std::vector<engine_id> pes;
   std::vector<engine_id> des;
 
-  fixture() {
+  explicit fixture(
+      std::shared_ptr<transport::storage::block_store> store = nullptr) {
     scheduler_config sc;
+    sc.store = std::move(store);
     sc.policy.kind = scheduler::policy_kind::dualpath;
     sc.policy.reads = scheduler::read_mode::split;
     sc.policy.limits.alpha_tokens = 1'000'000;
@@ -122,6 +127,29 @@ struct fixture {
         .receive([&](work_batch& w) { out = std::move(w); },
                  [&](caf::error& err) { FAIL(sys.render(err)); });
     return out;
+  }
+
+  // Submits `spec` (the reply goes to a dead letter) and returns its
+  // assignment once placed.
+  assignment place(request_spec spec) {
+    auto id = spec.id;
+    caf::anon_send(sched, submit_atom_v, std::move(spec));
+    for (int i = 0; i < 400; ++i) {
+      report_decode(1ull << 40);
+      for (uint32_t g = 0; g < 2; ++g)
+        for (auto& a : fetch(g).items)
+          if (a.request.id == id)
+            return a;
+      {
+        std::lock_guard<std::mutex> guard{pushed->mtx};
+        for (auto& a : pushed->items)
+          if (a.request.id == id)
+            return a;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    FAIL("request " << id << " was never placed");
+    return {};
   }
 
   void report_decode(uint64_t free_hbm) {
@@ -223,6 +251,61 @@ TEST_CASE_FIXTURE(fixture, "every request is assigned once and answered once") {
   for (uint64_t i = 1; i <= 8; ++i)
     CHECK_EQ(results->count(i), 1u);
   self->send_exit(client, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("an agent's hits equal a full lookup turn after turn") {
+  // The scheduler probes only past the hit prefix an agent's last prompt
+  // had; that must never change what hits: longer prompts, blocks stored
+  // meanwhile, and a prompt of the same agent that diverges inside the
+  // known prefix.
+  using namespace transport::storage;
+  kv_geometry geo{2, 64, 16};
+  auto opened = block_store::open(store_config{"sim-store", "m", geo},
+                                  make_modeled_backend());
+  REQUIRE(opened);
+  std::shared_ptr<block_store> store{std::move(*opened)};
+  fixture f{store};
+  auto ids = [](uint32_t seed, size_t n) {
+    std::vector<uint32_t> t;
+    for (size_t i = 0; i < n; ++i)
+      t.push_back(seed * 100000 + static_cast<uint32_t>(i));
+    return t;
+  };
+  auto p1 = ids(1, 5 * 64 + 10);
+  REQUIRE(populate(*store, {p1}));
+  auto spec = [](uint64_t id, std::vector<uint32_t> t) {
+    request_spec r;
+    r.id = id;
+    r.agent = 7;
+    r.tokens = std::move(t);
+    r.gen_tokens = 1;
+    return r;
+  };
+  auto expect = [&](const std::vector<uint32_t>& t) {
+    return static_cast<uint32_t>(store->lookup(t).blocks.size());
+  };
+  CHECK_EQ(f.place(spec(1, p1)).plan.hit_blocks, 5u);
+  // The next turn extends the prompt; its first 3 new blocks were stored
+  // (persisted) meanwhile, the 4th not.
+  auto p2 = p1;
+  auto more = ids(2, 4 * 64 - 10);
+  p2.insert(p2.end(), more.begin(), more.end());
+  auto h2 = block_hashes(p2, 64);
+  REQUIRE_EQ(h2.size(), 9u);
+  for (size_t k = 5; k < 8; ++k)
+    REQUIRE_FALSE(store->write_generated(h2[k], h2[k - 1]));
+  REQUIRE_EQ(expect(p2), 8u);
+  CHECK_EQ(f.place(spec(2, p2)).plan.hit_blocks, 8u);
+  // Same agent, a prompt that shares only block 0 with the known prefix.
+  auto q = p2;
+  q[64 + 3] = 999999;
+  REQUIRE_EQ(expect(q), 1u);
+  CHECK_EQ(f.place(spec(3, q)).plan.hit_blocks, 1u);
+  // And back: the whole stored prefix again; then a prompt shorter than
+  // the known prefix.
+  CHECK_EQ(f.place(spec(4, p2)).plan.hit_blocks, 8u);
+  std::vector<uint32_t> shorter(p2.begin(), p2.begin() + 3 * 64 + 5);
+  CHECK_EQ(f.place(spec(5, shorter)).plan.hit_blocks, 3u);
 }
 
 TEST_CASE_FIXTURE(fixture, "a duplicate request id is refused") {

@@ -4,6 +4,7 @@
 // cached block hashes equal hashing the ids afresh.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -93,7 +94,7 @@ TEST_CASE("cached block hashes equal hashing the ids, per block size") {
       auto view = seq.prefix(len);
       std::vector<uint32_t> ref(all.begin(), all.begin() + len);
       CHECK(view.block_hashes(64) == storage::block_hashes(ref, 64));
-      // Another block size on the same buffer replaces the cache.
+      // Another block size on the same buffer is computed apart (not cached).
       CHECK(view.block_hashes(16) == storage::block_hashes(ref, 16));
       CHECK(view.block_hashes(64) == storage::block_hashes(ref, 64));
     }
@@ -140,4 +141,34 @@ TEST_CASE("a sequence extended turn by turn yields each turn's prompt") {
             == storage::block_hashes(workload::prompt_tokens(traj, turn), 64));
     }
   }
+}
+
+TEST_CASE("a hash span stays valid and unchanged while the sequence grows") {
+  token_sequence seq;
+  auto first = iota_ids(0, 64 * 3 + 5);
+  seq.append(first.data(), first.size());
+  auto view = seq.prefix(first.size());
+  auto span = view.block_hash_span(64);
+  REQUIRE_EQ(span.size, 3u);
+  auto ref = storage::block_hashes(first, 64);
+  CHECK(std::equal(span.begin(), span.end(), ref.begin(), ref.end()));
+  auto* before = span.data();
+  // Appends within the capacity extend the cache in place; one far past it
+  // moves the sequence to a new buffer: the span keeps the old one alive.
+  for (uint32_t round = 0; round < 20; ++round) {
+    auto more = iota_ids(100000 + round * 1000, 700 + round * 300);
+    seq.append(more.data(), more.size());
+    auto longer = seq.prefix(seq.size());
+    auto s2 = longer.block_hash_span(64);
+    CHECK_EQ(s2.size, seq.size() / 64);
+  }
+  view = token_list{};
+  CHECK_EQ(span.data(), before);
+  CHECK(std::equal(span.begin(), span.end(), ref.begin(), ref.end()));
+  // Another block size: a list of its own, equal to hashing the ids.
+  auto again = seq.prefix(first.size());
+  auto s16 = again.block_hash_span(16);
+  auto ref16 = storage::block_hashes(first, 16);
+  CHECK(std::equal(s16.begin(), s16.end(), ref16.begin(), ref16.end()));
+  CHECK(token_list{}.block_hash_span(64).size == 0);
 }

@@ -150,22 +150,27 @@ lookup_result block_store::lookup(const std::vector<uint32_t>& tokens) const {
   return lookup(hashes.data(), hashes.size());
 }
 
-lookup_result block_store::lookup(const block_hash* hashes, size_t n) const {
-  lookup_result result;
+size_t block_store::hit_run(const block_hash* hashes, size_t n,
+                            block_hash parent) const {
+  size_t hits = 0;
   std::shared_lock<std::shared_mutex> guard{mtx_};
-  auto parent = root_hash;
   probe(parent_of_, hashes, n, [&](size_t, block_hash h, const block_hash* p) {
     // The parent check makes a (practically impossible) hash collision
     // with another prefix end the hit instead of splicing two prompts.
     if (p == nullptr || *p != parent)
       return false;
-    result.blocks.push_back(h);
+    ++hits;
     parent = h;
     return true;
   });
-  guard.unlock();
-  result.hit_tokens =
-      uint64_t{cfg_.geometry.block_tokens} * result.blocks.size();
+  return hits;
+}
+
+lookup_result block_store::lookup(const block_hash* hashes, size_t n) const {
+  lookup_result result;
+  auto hits = hit_run(hashes, n);
+  result.blocks.assign(hashes, hashes + hits);
+  result.hit_tokens = uint64_t{cfg_.geometry.block_tokens} * hits;
   return result;
 }
 

@@ -94,6 +94,14 @@ public:
   /// ids with geometry().block_tokens) are hashes[0, n).
   lookup_result lookup(const block_hash* hashes, size_t n) const;
 
+  /// How many of hashes[0, n) are stored one after another from the first,
+  /// each with the one before as its parent (`parent` for hashes[0]): the
+  /// hit length of lookup() without building the list, and a way to probe
+  /// only past a prefix the caller already found stored (entries are never
+  /// removed, so a stored prefix stays stored).
+  size_t hit_run(const block_hash* hashes, size_t n,
+                 block_hash parent = root_hash) const;
+
   bool contains(block_hash hash) const;
 
   /// contains() for `n` blocks at once (present[k] = 1 or 0), their cache

@@ -162,6 +162,7 @@ void on_de_read(self_ptr self, uint64_t id, read_completion c) {
   auto i = st.requests.find(id);
   auto& cfg = st.cfg;
   lease_release done;
+  done.lease_ids.reserve(c.leases.size());
   for (auto& l : c.leases)
     done.lease_ids.push_back(l.lease_id);
   if (i == st.requests.end()) {
@@ -180,13 +181,17 @@ void on_de_read(self_ptr self, uint64_t id, read_completion c) {
             slot_ptr(self, r)
                 + slot_offset(layer, r.tokens, l.block_index * bt, bpt(cfg)),
             src + layer * block_layer, block_layer);
-    r.result.bytes_read_de += block_layer * cfg.model.layers
-                              / std::max<uint64_t>(bpt(cfg), 1)
-                              * cfg.model.nominal_bytes_per_token_layer;
+    r.result.bytes_read_de +=
+        block_layer * cfg.model.layers / std::max<uint64_t>(bpt(cfg), 1)
+        * cfg.model.nominal_bytes_per_token_layer * l.blocks;
   }
   // The blocks are in the request's slot now: one release for all.
   if (!done.lease_ids.empty())
     self->send(cfg.node->reader, release_atom_v, std::move(done));
+  // What `load` answers: the outcome (the failed blocks) without the leases,
+  // which are released now (~500 of them per agentic prompt, copied into
+  // every answer before).
+  c.leases = {};
   r.de_read = std::move(c);
   r.read_done = true;
   for (auto& rp : r.load_waiters)

@@ -17,7 +17,9 @@ using decode_engine_actor = caf::typed_actor<
     caf::replies_to<admit_atom, assignment>::with<decode_slot>,
     // Layer `layer` of a request is complete in the buffer.
     caf::reacts_to<layer_atom, layer_ready>,
-    // Where the decode-side hit blocks of a request are (after admit).
+    // The outcome of a request's decode-side read (after admit): its failed
+    // blocks. No leases: the blocks are in the request's slot by then and
+    // their reader buffers released.
     caf::replies_to<load_atom, uint64_t>::with<read_completion>,
     // DE read path: write DE-side hit tokens of one layer into a prefill
     // engine's region; replies when the write is complete.

@@ -204,6 +204,9 @@ void start_load(self_ptr self, uint32_t l) {
     for (auto& lease : item.hits) {
       if (lease.block_index >= item.pe_side_blocks)
         continue;
+      // A modeled run of blocks counts each of them (below pe_side_blocks).
+      auto blocks = std::min<uint64_t>(lease.blocks,
+                                       item.pe_side_blocks - lease.block_index);
       if (cfg.real_bytes) {
         auto src = lease_payload(lease, payload) + l * block_layer_bytes;
         std::memcpy(st.staging->memory.get()
@@ -211,7 +214,7 @@ void start_load(self_ptr self, uint32_t l) {
                                          uint64_t{lease.block_index} * bt),
                     src, block_layer_bytes);
       }
-      local_nominal += uint64_t{bt} * cfg.model.nominal_bytes_per_token_layer;
+      local_nominal += blocks * bt * cfg.model.nominal_bytes_per_token_layer;
     }
   }
   if (local_nominal > 0) {

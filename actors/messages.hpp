@@ -207,18 +207,23 @@ typename Inspector::result_type inspect(Inspector& f, read_request& x) {
            x.first_block, x.tokens);
 }
 
-/// A Full Block resident in a reader's buffer pool, until released.
+/// A Full Block resident in a reader's buffer pool, until released. On a
+/// modeled data plane one lease may stand for a run of `blocks` consecutive
+/// blocks of the prompt (no bytes, an empty region; storage_reader_config::
+/// lease_runs): every consumer counts a lease as `blocks` blocks from
+/// `block_index`, and one release frees them all.
 struct buffer_lease {
   uint64_t lease_id = 0;
-  block_hash hash = 0;
-  uint32_t block_index = 0; ///< Position of the block in the prompt.
+  block_hash hash = 0;      ///< The (first) block's hash.
+  uint32_t block_index = 0; ///< Position of the (first) block in the prompt.
   remote_region region;     ///< Where the Full Block's bytes are.
+  uint32_t blocks = 1;      ///< Consecutive blocks covered (modeled runs).
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, buffer_lease& x) {
   return f(caf::meta::type_name("buffer_lease"), x.lease_id, x.hash,
-           x.block_index, x.region);
+           x.block_index, x.region, x.blocks);
 }
 
 /// Completion of a read_request: the blocks now in DRAM, and the blocks that
@@ -320,6 +325,7 @@ struct stream_item {
   caf::actor decode_actor;
   /// Hash of every block of the prompt, a trailing partial block included
   /// (see actors/kv_layout.hpp); the KV of miss tokens is computed from these.
+  /// Empty on a modeled data plane (no bytes to compute).
   std::vector<block_hash> hashes;
 };
 

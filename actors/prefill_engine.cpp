@@ -153,10 +153,13 @@ void hand_over(self_ptr self) {
     s.miss_tokens = s.tokens - std::min(s.tokens, s.hit_blocks * bt);
     s.destination = j.slot.kv_buffer;
     s.decode_actor = j.a.decode_actor;
-    s.hashes = j.hashes;
+    if (cfg.real_bytes)
+      s.hashes = j.hashes; // miss KV is computed from them (real bytes only)
+    // The job is ready: its lease ids are in j.leases, the leases move on.
+    s.hits.reserve(j.pe_read.leases.size());
     for (auto& l : j.pe_read.leases)
       if (l.block_index < s.pe_side_blocks)
-        s.hits.push_back(l);
+        s.hits.push_back(std::move(l));
     plan.items.push_back(std::move(s));
     auto id = j.id;
     self->request(st.streamer, caf::infinite, stream_atom_v, std::move(plan))
@@ -187,16 +190,20 @@ void job_ready(self_ptr self, job& j) {
     // A PE-side block without a lease counts as failed as well.
     std::vector<bool> have(j.plan.pe_side_blocks, false);
     for (auto& l : j.pe_read.leases)
-      if (l.block_index < have.size())
-        have[l.block_index] = true;
+      for (uint64_t b = l.block_index;
+           b < std::min<uint64_t>(uint64_t{l.block_index} + l.blocks,
+                                  have.size());
+           ++b)
+        have[b] = true;
     for (uint32_t k = 0; k < have.size(); ++k)
       if (!have[k])
         hit = std::min(hit, k);
   }
   uint64_t read_pe = 0;
+  j.leases.reserve(j.leases.size() + j.pe_read.leases.size());
   for (auto& l : j.pe_read.leases) {
     j.leases.push_back(l.lease_id);
-    read_pe += uint64_t{bt} * cfg.model.layers
+    read_pe += uint64_t{bt} * l.blocks * cfg.model.layers
                * cfg.model.nominal_bytes_per_token_layer;
   }
   j.effective = read_plan{hit, std::min(j.plan.pe_side_blocks, hit)};

@@ -116,8 +116,11 @@ struct pending_read {
   caf::typed_response_promise<read_completion> promise;
   size_t next = 0;     // next block to issue
   size_t finished = 0; // blocks done (leased or failed)
-  std::vector<std::optional<buffer_lease>> leases; // per block
-  caf::actor_clock::time_point accepted_at{};      // for the timeline
+  std::vector<std::optional<buffer_lease>> leases; // per block (not runs)
+  // With lease_runs: one lease per run of blocks, and the failed blocks.
+  std::vector<buffer_lease> runs;
+  std::vector<block_hash> failed;
+  caf::actor_clock::time_point accepted_at{}; // for the timeline
 };
 
 struct reader_state {
@@ -132,7 +135,13 @@ struct reader_state {
   // or repeated release a mismatch; `leased` marks the slots leased now.
   std::vector<uint32_t> lease_gen;
   std::vector<uint8_t> leased;
-  size_t leases = 0;            // slots leased now
+  size_t leases = 0; // slots leased now
+  // lease_runs: the places (slots) taken from the pool's capacity by
+  // modeled reads, and the run leases (id -> blocks). A run lease id has
+  // the top bit set, which no slot lease id has.
+  uint32_t run_places = 0;
+  std::unordered_map<uint64_t, uint32_t> runs;
+  uint64_t next_run = 1;
   std::vector<uint8_t> present; // pump_modeled's scratch
   uint64_t next_id = 1;
   uint32_t inflight = 0;
@@ -202,18 +211,44 @@ caf::actor_clock::time_point paced(reader_state& st, uint64_t bytes,
   return st.cfg.pace ? st.cfg.pace(bytes, now) : now;
 }
 
+bool by_block_index(const buffer_lease& x, const buffer_lease& y) {
+  return x.block_index < y.block_index;
+}
+
+constexpr uint64_t run_lease_bit = uint64_t{1} << 63;
+
+// A pool place for one block of a modeled read: a slot, or with lease_runs
+// a place counted against the pool's capacity (slot 0, unused).
+std::optional<uint32_t> acquire_place(reader_state& st) {
+  if (!st.cfg.lease_runs)
+    return st.cfg.pool->acquire();
+  if (st.run_places >= st.cfg.pool->slots())
+    return std::nullopt;
+  ++st.run_places;
+  return 0;
+}
+
 void finish_read(self_ptr self, uint64_t request) {
   auto& st = self->state;
   auto i = st.reads.find(request);
   auto& p = i->second;
   read_completion done;
   done.request_id = p.req.request_id;
-  done.leases.reserve(p.finished);
-  for (size_t k = 0; k < p.leases.size(); ++k) {
-    if (p.leases[k])
-      done.leases.push_back(std::move(*p.leases[k]));
-    else
-      done.failed.push_back(p.req.blocks[k]);
+  if (st.cfg.lease_runs) {
+    // Runs complete in issue order (one NIC, paced in order), so they are
+    // in block order already; sorted in case a pacer ever reorders.
+    if (!std::is_sorted(p.runs.begin(), p.runs.end(), by_block_index))
+      std::sort(p.runs.begin(), p.runs.end(), by_block_index);
+    done.leases = std::move(p.runs);
+    done.failed = std::move(p.failed);
+  } else {
+    done.leases.reserve(p.finished);
+    for (size_t k = 0; k < p.leases.size(); ++k) {
+      if (p.leases[k])
+        done.leases.push_back(std::move(*p.leases[k]));
+      else
+        done.failed.push_back(p.req.blocks[k]);
+    }
   }
   st.queue.tokens -= p.req.tokens;
   st.queue.bytes -= payload_bytes(st) * p.req.blocks.size();
@@ -279,7 +314,7 @@ void pump_modeled(self_ptr self) {
     st.cfg.store->contains(p.req.blocks.data() + first, n, st.present.data());
     job->parts.reserve(n);
     while (p.next < first + n) {
-      auto slot = st.cfg.pool->acquire();
+      auto slot = acquire_place(st);
       if (!slot)
         break; // back-pressure: wait for a release
       io_job::part part;
@@ -386,12 +421,75 @@ void complete_block(self_ptr self, uint64_t request, size_t index,
       observe_buffer(st);
     }
   }
-  if (++p.finished == p.leases.size())
+  if (++p.finished == p.req.blocks.size())
     finish_read(self, request);
+}
+
+// A modeled read job's blocks with lease_runs: each run of consecutive
+// blocks read becomes one lease; a missing block fails alone and gives its
+// place back.
+void complete_run(self_ptr self, io_job& job) {
+  auto& st = self->state;
+  st.inflight -= static_cast<uint32_t>(job.parts.size());
+  auto& p = st.reads.at(job.request);
+  auto& counters = st.cfg.counters;
+  auto& h = st.cfg.hooks;
+  auto before = p.runs.size();
+  buffer_lease* run = nullptr;
+  size_t last_index = 0;
+  for (auto& part : job.parts) {
+    if (part.err) {
+      --st.run_places;
+      p.failed.push_back(part.hash);
+      run = nullptr;
+      if (counters)
+        ++counters->blocks_failed;
+      if (h)
+        h->count("dualpath_errors_total",
+                 {{"source", "storage_reader"}, {"kind", "read"}});
+      continue;
+    }
+    if (run != nullptr && part.index == last_index + 1) {
+      ++run->blocks;
+    } else {
+      p.runs.emplace_back();
+      run = &p.runs.back();
+      run->lease_id = run_lease_bit | st.next_run++;
+      run->hash = part.hash;
+      run->block_index = p.req.first_block + static_cast<uint32_t>(part.index);
+      run->blocks = 1;
+    }
+    last_index = part.index;
+    ++st.leases;
+    if (counters) {
+      ++counters->blocks_read;
+      counters->bytes_read += payload_bytes(st);
+    }
+    if (h)
+      h->count("dualpath_storage_blocks_read_total", {{"node", st.cfg.node}});
+  }
+  // Runs end with the job: a run's places are freed together.
+  for (auto k = before; k < p.runs.size(); ++k)
+    st.runs.emplace(p.runs[k].lease_id, p.runs[k].blocks);
+  if (h)
+    observe_buffer(st);
+  p.finished += job.parts.size();
+  if (p.finished == p.req.blocks.size())
+    finish_read(self, job.request);
 }
 
 // Frees lease `lease_id`'s slot; false if it is unknown or released already.
 bool release(reader_state& st, uint64_t lease_id) {
+  if ((lease_id & run_lease_bit) != 0) {
+    auto i = st.runs.find(lease_id);
+    if (i == st.runs.end())
+      return false;
+    st.run_places -= i->second;
+    st.leases -= i->second;
+    st.runs.erase(i);
+    observe_buffer(st);
+    return true;
+  }
   auto slot = static_cast<uint32_t>(lease_id & 0xffff'ffffu);
   if (slot >= st.leased.size() || !st.leased[slot]
       || st.lease_gen[slot] != (lease_id >> 32))
@@ -425,6 +523,8 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
     st.workers = std::make_unique<io_workers>(st.cfg.io_threads);
   if (st.cfg.max_inflight == 0)
     st.cfg.max_inflight = 1;
+  // Runs exist only where blocks complete together (pump_modeled).
+  st.cfg.lease_runs = st.cfg.lease_runs && st.cfg.modeled_reads && !st.workers;
   st.lease_gen.assign(st.cfg.pool->slots(), 0);
   st.leased.assign(st.cfg.pool->slots(), 0);
   return {
@@ -443,7 +543,8 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
         auto rp = self->make_response_promise<read_completion>();
         auto id = st.next_id++;
         pending_read p;
-        p.leases.resize(req.blocks.size());
+        if (!st.cfg.lease_runs)
+          p.leases.resize(req.blocks.size());
         st.queue.tokens += req.tokens;
         st.queue.bytes += payload_bytes(st) * req.blocks.size();
         st.queue.requests += 1;
@@ -568,6 +669,11 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
         }
         st.jobs.erase(i);
         if (job->kind == io_job::read) {
+          if (st.cfg.lease_runs) {
+            complete_run(self, *job);
+            pump(self);
+            return;
+          }
           if (job->parts.empty())
             complete_block(self, job->request, job->index, job->hash, job->slot,
                            job->err);

@@ -86,6 +86,14 @@ struct storage_reader_config {
   /// indexes the block (a missing one fails as usual); no byte lands in the
   /// pool. Timing is unchanged (the NIC is paced either way).
   bool modeled_reads = false;
+  /// With modeled_reads and inline I/O: the blocks of a read that complete
+  /// together and consecutively become one lease (buffer_lease::blocks), and
+  /// pool places are counted instead of leased slot by slot (no byte lands
+  /// there). A request's ~500 leases become ~20: per-block leases were a
+  /// fifth of a 48P96D simulation. Consumers must count a lease as
+  /// `blocks` blocks (the engines and the streamer do; the prefetching
+  /// reader keeps blocks one by one, so a reader it wraps has this off).
+  bool lease_runs = false;
   std::shared_ptr<storage_reader_counters> counters; ///< Optional.
   /// Optional (null: not observed): read spans, read_q and block metrics.
   observe::hooks_ptr hooks;

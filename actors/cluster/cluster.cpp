@@ -248,6 +248,8 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
   rc.io_threads =
       spec.plane == data_plane::modeled ? 0 : spec.reader_io_threads;
   rc.modeled_reads = spec.plane == data_plane::modeled;
+  // One lease per run of blocks (the prefetching reader keeps single ones).
+  rc.lease_runs = rc.modeled_reads && spec.reader != "prefetching";
   rc.max_inflight = spec.reader_queue_depth;
   // Pacing in emulated time: nominal bytes on the node's storage NIC.
   rc.pace = [link = node->snic, time, scale = spec.byte_scale](

@@ -95,8 +95,8 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
   check(engine_registration{engine(5), 141, caf::actor{}}, {"\"eng5\"", "141"});
   check(read_request{151, {152, 153}, 154, 155},
         {"151", "152", "153", "154", "155"});
-  check(buffer_lease{161, 162, 163, region(164)},
-        {"161", "162", "163", "\"node164\""});
+  check(buffer_lease{161, 162, 163, region(164), 160},
+        {"161", "162", "163", "\"node164\"", "160"});
   check(read_completion{171, {buffer_lease{172, 173, 174, region(175)}}, {176}},
         {"171", "172", "173", "174", "\"node175\"", "176"});
   check(read_queue_status{181, 182, 183}, {"181", "182", "183"});

@@ -541,6 +541,105 @@ TEST_CASE("modeled reads: one paced completion per issue, same NIC time") {
   CHECK_EQ(published.back().tokens, 0u);
 }
 
+TEST_CASE("modeled reads with lease runs: one lease per run, same NIC time") {
+  env e{kv_geometry{4, 8, 100}, 2, 4}; // 3200-byte payloads, 1 s each
+  simulated_config cfg;
+  caf::actor_system sys{cfg};
+  auto& sched = coordinator_of(sys);
+  auto rc = modeled_paced(e, 4, 4);
+  rc.lease_runs = true;
+  auto reader = spawn_storage_reader(sys, rc);
+  REQUIRE(reader);
+  std::optional<read_completion> first;
+  std::optional<read_completion> second;
+  std::optional<read_completion> third;
+  auto req = e.request(1, 0, 0, 4);
+  req.blocks[2] = 0xdead; // not in the store: a miss between two runs
+  sys.spawn([&](caf::event_based_actor* self) {
+    self->request(*reader, caf::infinite, read_atom_v, req)
+        .then([&](read_completion& c) { first = std::move(c); });
+    self->request(*reader, caf::infinite, read_atom_v, e.request(2, 1, 0, 4))
+        .then([&](read_completion& c) { second = std::move(c); });
+  });
+  sched.run();
+  sched.advance_time(milliseconds{3999});
+  sched.run();
+  CHECK_FALSE(first);
+  sched.advance_time(milliseconds{1});
+  sched.run();
+  REQUIRE(first);
+  // Blocks 0-1 as one lease, 2 failed, 3 alone; no bytes behind them.
+  REQUIRE_EQ(first->leases.size(), 2u);
+  CHECK_EQ(first->leases[0].block_index, 0u);
+  CHECK_EQ(first->leases[0].blocks, 2u);
+  CHECK_EQ(first->leases[0].hash, req.blocks[0]);
+  CHECK_EQ(first->leases[1].block_index, 3u);
+  CHECK_EQ(first->leases[1].blocks, 1u);
+  CHECK_EQ(first->leases[1].hash, req.blocks[3]);
+  CHECK_EQ(first->leases[0].region.length, 0u);
+  CHECK_NE(first->leases[0].lease_id, first->leases[1].lease_id);
+  REQUIRE_EQ(first->failed.size(), 1u);
+  CHECK_EQ(first->failed[0], 0xdeadu);
+  // The pool's 4 places: 3 leased, the missing block's given back, so one
+  // block of the second read went out at 4 s. Releasing each run twice and
+  // an unknown id frees exactly the 3 places.
+  lease_release rel;
+  for (auto& l : first->leases)
+    rel.lease_ids.push_back(l.lease_id);
+  for (auto& l : first->leases)
+    rel.lease_ids.push_back(l.lease_id);
+  rel.lease_ids.push_back(uint64_t{1} << 63 | 999);
+  caf::anon_send(*reader, release_atom_v, rel);
+  sched.run();
+  sched.advance_time(milliseconds{3999});
+  sched.run();
+  CHECK_FALSE(second);
+  sched.advance_time(milliseconds{1});
+  sched.run();
+  REQUIRE(second);
+  CHECK(second->failed.empty());
+  uint32_t blocks = 0;
+  uint32_t next = 0;
+  for (auto& l : second->leases) {
+    CHECK_EQ(l.block_index, next); // in block order, no gap
+    next += l.blocks;
+    blocks += l.blocks;
+  }
+  CHECK_EQ(blocks, 4u);
+  CHECK_EQ(second->leases.size(), 2u); // the block issued at 4 s, then 3
+  // Released, the 4 places serve a third read of 4 blocks in 4 s: none
+  // was freed twice or lost.
+  lease_release rel2;
+  for (auto& l : second->leases)
+    rel2.lease_ids.push_back(l.lease_id);
+  caf::anon_send(*reader, release_atom_v, rel2);
+  sys.spawn([&](caf::event_based_actor* self) {
+    self->request(*reader, caf::infinite, read_atom_v, e.request(3, 0, 0, 4))
+        .then([&](read_completion& c) { third = std::move(c); });
+  });
+  sched.run();
+  sched.advance_time(milliseconds{4000});
+  sched.run();
+  REQUIRE(third);
+  REQUIRE_EQ(third->leases.size(), 1u);
+  CHECK_EQ(third->leases[0].blocks, 4u);
+  // A fifth place never existed: with all 4 leased, a read waits.
+  std::optional<read_completion> fourth;
+  sys.spawn([&](caf::event_based_actor* self) {
+    self->request(*reader, caf::infinite, read_atom_v, e.request(4, 1, 0, 1))
+        .then([&](read_completion& c) { fourth = std::move(c); });
+  });
+  sched.run();
+  sched.advance_time(milliseconds{10000});
+  sched.run();
+  CHECK_FALSE(fourth);
+  caf::anon_send(*reader, release_atom_v, third->leases[0].lease_id);
+  sched.run();
+  sched.advance_time(milliseconds{1000});
+  sched.run();
+  CHECK(fourth);
+}
+
 TEST_CASE("modeled reads: runs of half the budget, the NIC kept busy") {
   env e{kv_geometry{4, 8, 100}, 2, 40}; // 3200-byte payloads, 1 s each
   simulated_config cfg;

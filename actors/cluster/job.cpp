@@ -344,6 +344,12 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     if (!opened)
       return opened.error();
     std::shared_ptr<transport::storage::block_store> store{std::move(*opened)};
+    // Room for every block the replay can end with (histories, prompts and
+    // outputs), so the index never rehashes mid-run.
+    uint64_t final_blocks = 0;
+    for (auto& t : *trace)
+      final_blocks += workload::final_length(t) / sc.geometry.block_tokens;
+    store->reserve(final_blocks);
     // One trajectory's history at a time: at 48K agents all histories at
     // once would be ~6 GB of tokens.
     auto pop_start = std::chrono::steady_clock::now();

@@ -1,6 +1,82 @@
 #include "transport/storage/block_index.hpp"
 
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <utility>
+
+#include <sys/mman.h>
+
 namespace dualpath::transport::storage {
+
+namespace {
+
+constexpr size_t huge_page = size_t{2} << 20;
+constexpr size_t mapped_from = size_t{4} << 20; // smaller: calloc
+
+} // namespace
+
+block_index::slot_table::slot_table(size_t n) : n_(n) {
+  if (n == 0)
+    return;
+  size_t bytes = n * sizeof(slot);
+  if (bytes >= mapped_from) {
+    // One huge page more than needed, so that the table starts on a huge
+    // page boundary (the kernel backs only aligned 2 MiB ranges).
+    size_t len = bytes + huge_page;
+    void* m = mmap(nullptr, len, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m != MAP_FAILED) {
+      auto addr = reinterpret_cast<uintptr_t>(m);
+      auto aligned = (addr + huge_page - 1) & ~(uintptr_t{huge_page} - 1);
+      // Advice only: without THP the table still works, on 4 KiB pages.
+      (void)madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);
+      map_ = m;
+      map_bytes_ = len;
+      data_ = reinterpret_cast<slot*>(aligned);
+      return;
+    }
+  }
+  data_ = static_cast<slot*>(std::calloc(n, sizeof(slot)));
+  if (data_ == nullptr) {
+    n_ = 0;
+    throw std::bad_alloc{};
+  }
+}
+
+block_index::slot_table::slot_table(slot_table&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      n_(std::exchange(other.n_, 0)),
+      map_(std::exchange(other.map_, nullptr)),
+      map_bytes_(std::exchange(other.map_bytes_, 0)) {
+}
+
+block_index::slot_table&
+block_index::slot_table::operator=(slot_table&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = std::exchange(other.data_, nullptr);
+    n_ = std::exchange(other.n_, 0);
+    map_ = std::exchange(other.map_, nullptr);
+    map_bytes_ = std::exchange(other.map_bytes_, 0);
+  }
+  return *this;
+}
+
+block_index::slot_table::~slot_table() {
+  release();
+}
+
+void block_index::slot_table::release() noexcept {
+  if (map_ != nullptr)
+    munmap(map_, map_bytes_);
+  else
+    std::free(data_);
+  data_ = nullptr;
+  n_ = 0;
+  map_ = nullptr;
+  map_bytes_ = 0;
+}
 
 size_t block_index::home(uint64_t key) const {
   // Fibonacci hashing: the top bits of key * 2^64/phi spread any key set
@@ -49,11 +125,20 @@ bool block_index::insert(uint64_t key, uint64_t parent) {
   }
 }
 
+void block_index::reserve(size_t n) {
+  size_t slots = slots_.empty() ? 64 : slots_.size();
+  while (n * 4 > slots * 3)
+    slots *= 2;
+  if (slots != slots_.size())
+    rehash(slots);
+}
+
 void block_index::grow() {
-  std::vector<slot> old;
-  old.swap(slots_);
-  size_t n = old.empty() ? 64 : old.size() * 2;
-  slots_.assign(n, slot{});
+  rehash(slots_.empty() ? 64 : slots_.size() * 2);
+}
+
+void block_index::rehash(size_t n) {
+  slot_table old = std::exchange(slots_, slot_table{n}); // zeroed: all empty
   shift_ = 64;
   for (size_t x = n; x > 1; x >>= 1)
     --shift_;

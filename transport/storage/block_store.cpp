@@ -189,6 +189,11 @@ bool block_store::contains(block_hash hash) const {
   return parent_of_.contains(hash);
 }
 
+void block_store::reserve(size_t blocks) {
+  std::unique_lock<std::shared_mutex> guard{mtx_};
+  parent_of_.reserve(blocks);
+}
+
 size_t block_store::size() const {
   std::shared_lock<std::shared_mutex> guard{mtx_};
   return parent_of_.size();

@@ -108,6 +108,10 @@ public:
   /// misses overlapped: a reader checks a request's blocks this way.
   void contains(const block_hash* hashes, size_t n, uint8_t* present) const;
 
+  /// Makes room in the index for `blocks` blocks in all (a hint: more still
+  /// fit, with a rehash).
+  void reserve(size_t blocks);
+
   /// Number of indexed blocks.
   size_t size() const;
 

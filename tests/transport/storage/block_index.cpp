@@ -2,7 +2,8 @@
 // The block store's open-addressing index against std::unordered_map as the
 // reference: inserts across many growths, a repeated key keeps its first
 // parent, key 0 (the empty-slot marker) is an ordinary key, and keys that
-// share their low bits (a weak hash's worst case) still find their entries.
+// share their low bits (a weak hash's worst case) still find their entries,
+// and reserve() makes room for a known number of entries without a rehash.
 #include <doctest/doctest.h>
 
 #include <random>
@@ -52,4 +53,39 @@ TEST_CASE("block_index: key 0 and keys sharing low bits") {
     CHECK_EQ(*p, i);
   }
   CHECK_FALSE(idx.contains(5'001ull << 40));
+}
+
+TEST_CASE("block_index: reserve makes room once, entries survive it") {
+  block_index idx;
+  for (uint64_t k = 1; k <= 1'000; ++k)
+    CHECK(idx.insert(k, k + 7));
+  // 300 K entries at most 3/4 full: 2^19 slots (8 MiB, a huge-page mapping).
+  idx.reserve(300'000);
+  auto bytes = idx.memory_bytes();
+  CHECK_EQ(bytes, (size_t{1} << 19) * 16);
+  for (uint64_t k = 1; k <= 1'000; ++k) {
+    auto* p = idx.find(k);
+    REQUIRE(p != nullptr);
+    CHECK_EQ(*p, k + 7);
+  }
+  std::mt19937_64 rng{7};
+  std::unordered_map<uint64_t, uint64_t> ref;
+  while (ref.size() < 299'000) {
+    auto k = rng() | 1u << 20; // never one of the keys above
+    auto p = rng();
+    CHECK_EQ(idx.insert(k, p), ref.emplace(k, p).second);
+  }
+  CHECK_EQ(idx.memory_bytes(), bytes); // no rehash on the way
+  CHECK_EQ(idx.size(), 300'000u);
+  for (auto& [k, p] : ref) {
+    auto* got = idx.find(k);
+    REQUIRE(got != nullptr);
+    CHECK_EQ(*got, p);
+  }
+  idx.reserve(10); // smaller: nothing changes
+  CHECK_EQ(idx.memory_bytes(), bytes);
+  // Past 3/4 of 2^19 it grows as usual.
+  while (idx.size() < 393'217)
+    idx.insert(rng() | 1u << 20, 1);
+  CHECK_EQ(idx.memory_bytes(), 2 * bytes);
 }

@@ -45,6 +45,10 @@ struct layer_state {
   time_point send_done_at{};
   bool loading = false;
   bool loaded = false;
+  // skips_load_timers(): ready_at is final (every push answered), and
+  // whether a `loaded` timer was armed for it.
+  bool load_known = false;
+  bool load_timer = false;
   bool computed = false;
   bool sending = false;
   bool sent = false;
@@ -94,6 +98,15 @@ uint64_t bpt(const engine_config& cfg) {
 
 uint64_t layer_bytes(const active_batch& b, const engine_config& cfg) {
   return b.batch_tokens * bpt(cfg);
+}
+
+// Whether a layer's load completes without its own timer: on a modeled
+// plane nothing happens at that moment (real bytes copy to the GPU then),
+// so advance() starts the layer's compute once the GPU is free and the
+// layer's ready time has passed, and arms a timer only when the GPU waits
+// for it. Basic mode waits for all layers (keeps one timer per layer).
+bool skips_load_timers(const engine_config& cfg) {
+  return moves_bytes(cfg) && !copies_bytes(cfg) && cfg.mode != load_mode::basic;
 }
 
 // Staging offset of token `token` of item `i` in the window slot of layer l.
@@ -257,9 +270,13 @@ void start_load(self_ptr self, uint32_t l) {
             },
             [self](caf::error& err) { fail(self, std::move(err)); });
   }
-  if (lay.pending_pushes == 0)
-    self->delayed_send(self, cfg.time.to_actor(lay.ready_at - now),
-                       loaded_atom_v, b.plan.batch_id, l);
+  if (lay.pending_pushes == 0) {
+    if (skips_load_timers(cfg))
+      lay.load_known = true; // the caller, advance(), goes on from here
+    else
+      self->delayed_send(self, cfg.time.to_actor(lay.ready_at - now),
+                         loaded_atom_v, b.plan.batch_id, l);
+  }
 }
 
 void on_pushed(self_ptr self, const layer_ready& r) {
@@ -285,9 +302,15 @@ void on_pushed(self_ptr self, const layer_ready& r) {
   lay.timing.transfer_ns =
       std::max(lay.timing.transfer_ns, to_ns(t - lay.load_start));
   b.bytes_moved += r.bytes;
-  if (--lay.pending_pushes == 0)
-    self->delayed_send(self, cfg.time.to_actor(lay.ready_at - now),
-                       loaded_atom_v, b.plan.batch_id, r.layer);
+  if (--lay.pending_pushes == 0) {
+    if (skips_load_timers(cfg)) {
+      lay.load_known = true;
+      advance(self);
+    } else {
+      self->delayed_send(self, cfg.time.to_actor(lay.ready_at - now),
+                         loaded_atom_v, b.plan.batch_id, r.layer);
+    }
+  }
 }
 
 void on_loaded(self_ptr self, uint32_t l) {
@@ -551,6 +574,19 @@ void advance(self_ptr self) {
     start_load(self, b.next_load++);
     if (!st.batch)
       return;
+  }
+  if (!b.computing && b.next_compute < layers) {
+    auto& lay = b.layers[b.next_compute];
+    if (!lay.loaded && lay.load_known) {
+      auto now = emulated_now(self, cfg.time);
+      if (lay.ready_at <= now) {
+        lay.loaded = true;
+      } else if (!lay.load_timer) {
+        lay.load_timer = true; // the GPU waits for this layer
+        self->delayed_send(self, cfg.time.to_actor(lay.ready_at - now),
+                           loaded_atom_v, b.plan.batch_id, b.next_compute);
+      }
+    }
   }
   if (!b.computing && b.next_compute < layers
       && b.layers[b.next_compute].loaded) {

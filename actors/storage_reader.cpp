@@ -480,7 +480,9 @@ void complete_run(self_ptr self, io_job& job) {
 
 // Frees lease `lease_id`'s slot; false if it is unknown or released already.
 bool release(reader_state& st, uint64_t lease_id) {
-  if ((lease_id & run_lease_bit) != 0) {
+  // Only a reader with lease_runs has run leases (a slot lease's generation
+  // may reach the top bit in a long run: it stays a slot lease).
+  if (st.cfg.lease_runs) {
     auto i = st.runs.find(lease_id);
     if (i == st.runs.end())
       return false;

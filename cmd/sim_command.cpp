@@ -28,7 +28,8 @@ namespace {
 // allocations then search them (_int_malloc was up to 17% of a 48P96D run).
 // A fixed threshold keeps them mapped. Measured at 48P96D, 12,288 agents x
 // 20 turns, the two runs side by side: 144.5 -> 129.3 s, max RSS 2.73 ->
-// 2.62 GB (docs/simulation.md, Speed).
+// 2.62 GB (docs/simulation.md, Speed). Past glibc's M_MMAP_MAX (65,536 live
+// mappings: ~60 K agents) further buffers come from the heap again.
 void fixed_mmap_threshold() {
 #ifdef __GLIBC__
   mallopt(M_MMAP_THRESHOLD, 64 * 1024);

@@ -114,6 +114,11 @@ caf::behavior agent(agent_ptr self, std::shared_ptr<replay_context> ctx,
   s.driver = std::move(driver);
   s.traj = &s.ctx->trace[index];
   s.next_turn = s.traj->history_turns;
+  // Ends with the driver (a timed-out or failed replay). A monitor, not a
+  // link: an agent quitting after its last turn then costs the driver
+  // nothing (a link's removal walks the driver's list of N attachments).
+  self->monitor(s.driver);
+  self->set_down_handler([self](caf::down_msg&) { self->quit(); });
   return {
       [self](start_agent_atom) { submit_next(self); },
   };
@@ -192,7 +197,7 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
     auto me = caf::actor_cast<caf::actor>(self);
     for (size_t i = 0; i < ctx->trace.size(); ++i)
       if (ctx->trace[i].turns.size() > ctx->trace[i].history_turns)
-        s.agents.push_back(self->spawn<caf::linked>(agent, ctx, me, i));
+        s.agents.push_back(self->spawn(agent, ctx, me, i));
     // Offline: everyone now. Online: Poisson arrivals in emulated time.
     std::mt19937_64 rng{opts.seed};
     std::exponential_distribution<double> gap{opts.aps > 0 ? opts.aps : 1.0};

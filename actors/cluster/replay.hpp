@@ -6,7 +6,7 @@
 //
 // Ownership: replay() blocks the calling (non-actor) thread until every turn
 // has completed or the wall-clock limit passes; the driver actor it spawns
-// (and, linked to it, one actor per agent) ends with it.
+// (and, monitoring it, one actor per agent) ends with it.
 #pragma once
 
 #include <cstdint>

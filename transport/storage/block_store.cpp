@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "transport/storage/errors.hpp"
 #include "transport/storage/kv_content.hpp"
@@ -191,7 +192,11 @@ bool block_store::contains(block_hash hash) const {
 
 void block_store::reserve(size_t blocks) {
   std::unique_lock<std::shared_mutex> guard{mtx_};
-  parent_of_.reserve(blocks);
+  try {
+    parent_of_.reserve(blocks);
+  } catch (const std::bad_alloc&) {
+    // A hint: the index grows as needed instead (and may fail then).
+  }
 }
 
 size_t block_store::size() const {

@@ -138,7 +138,8 @@ struct reader_state {
   size_t leases = 0; // slots leased now
   // lease_runs: the places (slots) taken from the pool's capacity by
   // modeled reads, and the run leases (id -> blocks). A run lease id has
-  // the top bit set, which no slot lease id has.
+  // the top bit set; a reader with lease_runs hands out no slot leases, so
+  // release() tells them apart by the config, not by the bit.
   uint32_t run_places = 0;
   std::unordered_map<uint64_t, uint32_t> runs;
   uint64_t next_run = 1;

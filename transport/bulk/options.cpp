@@ -39,13 +39,16 @@ caf::expected<options> options_from(const config::settings& cfg,
   const auto& listen = cfg.string("transport.tcp_listen");
   auto colon = listen.rfind(':');
   if (colon == std::string::npos)
-    return caf::make_error(transport_errc::bad_frame,
+    return caf::make_error(transport_errc::bad_config,
                            "transport.tcp_listen must be host:port, got "
                                + listen);
   o.listen_host = listen.substr(0, colon);
-  auto port = std::strtoul(listen.c_str() + colon + 1, nullptr, 10);
-  if (port > 65535)
-    return caf::make_error(transport_errc::bad_frame,
+  auto digits = listen.substr(colon + 1);
+  auto port = std::strtoul(digits.c_str(), nullptr, 10);
+  if (digits.empty()
+      || digits.find_first_not_of("0123456789") != std::string::npos
+      || port > 65535)
+    return caf::make_error(transport_errc::bad_config,
                            "transport.tcp_listen port out of range: " + listen);
   o.listen_port = static_cast<uint16_t>(port);
   return o;

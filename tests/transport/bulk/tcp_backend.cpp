@@ -593,3 +593,19 @@ TEST_CASE("weighted round robin holds the class shares within 5% under "
     CHECK(std::abs(c / (c + k) - want) <= 0.05 * want);
   }
 }
+
+TEST_CASE("malformed listen addresses and peer details fail with bad_config") {
+  auto o = opts_for("a");
+  o.listen_host = "localhost-ish";
+  auto bad = make_tcp_backend(o);
+  REQUIRE(!bad);
+  CHECK(code_of(bad.error()) == transport_errc::bad_config);
+  auto a = make(opts_for("a"));
+  for (std::string details :
+       {"no-colon", "127.0.0.1:", "127.0.0.1:0", "127.0.0.1:70000",
+        "127.0.0.1:12x", "not-an-ip:4000"}) {
+    INFO(details);
+    auto err = a->connect("b", {details.begin(), details.end()});
+    CHECK(code_of(err) == transport_errc::bad_config);
+  }
+}

@@ -122,22 +122,25 @@ private:
 int main(int argc, char** argv) {
   int runs = 5;
   int samples = 2000;
+  options o;
+  o.secret = "qos";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--runs")
       runs = std::atoi(argv[i + 1]);
     else if (k == "--samples")
       samples = std::atoi(argv[i + 1]);
+    else if (!bench::tcp_option_flag(k, argv[i + 1], o)) {
+      std::fprintf(stderr, "bench_qos: unknown option %s\n", k.c_str());
+      return 2;
+    }
   }
-  const std::string secret = "qos";
   bench::receiver_process rx;
-  if (!bench::fork_receiver(region_len, secret, rx)) {
+  if (!bench::fork_receiver(region_len, o, rx)) {
     std::fprintf(stderr, "bench_qos: cannot start the receiver\n");
     return 1;
   }
-  options o;
   o.node = "sender";
-  o.secret = secret;
   auto be = make_tcp_backend(o);
   if (!be) {
     std::fprintf(stderr, "bench_qos: %s\n", to_string(be.error()).c_str());

@@ -8,9 +8,12 @@
 //                nodes, against a single-thread memcpy of the same bytes.
 //
 // Usage: bench_transport [--runs N] [--seconds S] [--only NAME]
+//                        [tcp option flags, see bulk_peer.hpp]
 // Output: one line per workload:
 //   <name> size=<bytes> median_gbps=X min_gbps=Y max_gbps=Z
-// (GB/s = 1e9 bytes/s), and for local also memcpy_gbps and ratio.
+// (GB/s = 1e9 bytes/s); tcp lines add the CPU seconds per GB moved of the
+// sending and the receiving process (medians), local lines memcpy_gbps and
+// ratio.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -39,6 +42,8 @@ const workload tcp_workloads[] = {
 };
 
 constexpr uint64_t region_len = 64 << 20;
+/// Bytes of the tcp regions the writes cycle through (--tcp-region-mib).
+uint64_t tcp_region_len = region_len;
 
 double tcp_run(backend& be, const local_registration& src,
                const transport::remote_region& dst, uint64_t size,
@@ -48,7 +53,7 @@ double tcp_run(backend& be, const local_registration& src,
   int inflight = 0;
   uint64_t bytes = 0;
   bool failed = false;
-  uint64_t slots = region_len / size;
+  uint64_t slots = std::max<uint64_t>(tcp_region_len / size, 1);
   uint64_t next = 0;
   auto start = clk::now();
   auto stop = start + std::chrono::duration<double>(seconds);
@@ -81,6 +86,27 @@ double tcp_run(backend& be, const local_registration& src,
   return static_cast<double>(bytes) / secs / 1e9;
 }
 
+/// One tcp run's rate and CPU cost per GB of both processes.
+struct tcp_sample {
+  double gbps = 0;
+  double tx_cpu_per_gb = 0;
+  double rx_cpu_per_gb = 0;
+};
+
+tcp_sample tcp_measured(backend& be, const local_registration& src,
+                        const transport::remote_region& dst, uint64_t size,
+                        double seconds, int window, pid_t rx_pid) {
+  auto tx0 = bench::cpu_seconds(::getpid());
+  auto rx0 = bench::cpu_seconds(rx_pid);
+  auto t0 = clk::now();
+  tcp_sample s;
+  s.gbps = tcp_run(be, src, dst, size, seconds, window);
+  auto gb = s.gbps * std::chrono::duration<double>(clk::now() - t0).count();
+  s.tx_cpu_per_gb = (bench::cpu_seconds(::getpid()) - tx0) / gb;
+  s.rx_cpu_per_gb = (bench::cpu_seconds(rx_pid) - rx0) / gb;
+  return s;
+}
+
 void print(const char* name, uint64_t size, const bench::summary& s,
            const char* extra = "") {
   std::printf("%s size=%llu median_gbps=%.3f min_gbps=%.3f max_gbps=%.3f%s\n",
@@ -95,6 +121,8 @@ int main(int argc, char** argv) {
   int runs = 5;
   double seconds = 2.0;
   std::string only;
+  options o;
+  o.secret = "bench";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--runs")
@@ -103,19 +131,20 @@ int main(int argc, char** argv) {
       seconds = std::atof(argv[i + 1]);
     else if (k == "--only")
       only = argv[i + 1];
+    else if (k == "--tcp-region-mib")
+      tcp_region_len = std::strtoull(argv[i + 1], nullptr, 10) << 20;
+    else if (!bench::tcp_option_flag(k, argv[i + 1], o)) {
+      std::fprintf(stderr, "bench_transport: unknown option %s\n", k.c_str());
+      return 2;
+    }
   }
-  const std::string secret = "bench";
   bench::receiver_process rx;
-  if (!bench::fork_receiver(region_len, secret, rx)) {
+  if (!bench::fork_receiver(region_len, o, rx)) {
     std::fprintf(stderr, "bench_transport: cannot start the receiver\n");
     return 1;
   }
   {
-    options o;
     o.node = "sender";
-    o.secret = secret;
-    if (auto nice = std::getenv("DUALPATH_KV_RX_NICE"))
-      o.kv_rx_nice = std::atoi(nice);
     auto be = make_tcp_backend(o);
     if (!be) {
       std::fprintf(stderr, "bench_transport: %s\n",
@@ -134,10 +163,19 @@ int main(int argc, char** argv) {
       // Keep about 16 MiB in flight (at least 4 batches), like a stream.
       int window = static_cast<int>(std::max<uint64_t>(4, (16 << 20) / w.size));
       tcp_run(**be, *reg, rx.region, w.size, 0.3, window); // warm-up
-      std::vector<double> xs;
-      for (int r = 0; r < runs; ++r)
-        xs.push_back(tcp_run(**be, *reg, rx.region, w.size, seconds, window));
-      print(w.name, w.size, bench::summarize(xs));
+      std::vector<double> xs, tx, rxc;
+      for (int r = 0; r < runs; ++r) {
+        auto m = tcp_measured(**be, *reg, rx.region, w.size, seconds, window,
+                              rx.pid);
+        xs.push_back(m.gbps);
+        tx.push_back(m.tx_cpu_per_gb);
+        rxc.push_back(m.rx_cpu_per_gb);
+      }
+      char extra[128];
+      std::snprintf(extra, sizeof(extra),
+                    " tx_cpu_s_per_gb=%.3f rx_cpu_s_per_gb=%.3f",
+                    bench::summarize(tx).median, bench::summarize(rxc).median);
+      print(w.name, w.size, bench::summarize(xs), extra);
     }
   }
   if (only.empty() || only == "local_64m") {

@@ -36,6 +36,30 @@ caf::expected<options> options_from(const config::settings& cfg,
   o.verbs_sl_control =
       static_cast<uint8_t>(cfg.integer("transport.verbs_sl_control"));
   o.verbs_sl_kv = static_cast<uint8_t>(cfg.integer("transport.verbs_sl_kv"));
+  const auto& sched = cfg.string("transport.tcp_kv_sched");
+  if (sched == "idle")
+    o.tcp_kv_sched = tcp_cpu_sched::idle;
+  else if (sched == "batch")
+    o.tcp_kv_sched = tcp_cpu_sched::batch;
+  else if (sched == "normal")
+    o.tcp_kv_sched = tcp_cpu_sched::normal;
+  else
+    return caf::make_error(transport_errc::bad_config,
+                           "transport.tcp_kv_sched must be idle, batch or "
+                           "normal, got "
+                               + sched);
+  o.tcp_kv_nice = static_cast<int>(cfg.integer("transport.tcp_kv_nice"));
+  o.tcp_control_nice =
+      static_cast<int>(cfg.integer("transport.tcp_control_nice"));
+  o.tcp_priority_control =
+      static_cast<int>(cfg.integer("transport.tcp_priority_control"));
+  o.tcp_priority_kv =
+      static_cast<int>(cfg.integer("transport.tcp_priority_kv"));
+  o.tcp_tos_control =
+      static_cast<int>(cfg.integer("transport.tcp_tos_control"));
+  o.tcp_tos_kv = static_cast<int>(cfg.integer("transport.tcp_tos_kv"));
+  o.tcp_kv_chunk_kib =
+      static_cast<uint32_t>(cfg.integer("transport.tcp_kv_chunk_kib"));
   const auto& listen = cfg.string("transport.tcp_listen");
   auto colon = listen.rfind(':');
   if (colon == std::string::npos)

@@ -99,10 +99,8 @@ public:
       err = sender_.enqueue(b, sink);
     if (!err)
       return;
-    ctx_.update([](counters& s) {
-      ++s.batches_posted;
-      ++s.batches_failed;
-    });
+    ctx_.stats.batches_posted += 1;
+    ctx_.stats.batches_failed += 1;
     if (sink)
       sink(completion{b.tag, 0, static_cast<uint32_t>(b.writes.size()),
                       std::move(err)});
@@ -113,7 +111,7 @@ public:
   }
 
   counters stats() const override {
-    return ctx_.snapshot();
+    return ctx_.stats.snapshot();
   }
 
   void drop_peer(const std::string& peer) override {

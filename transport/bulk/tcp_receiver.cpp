@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "transport/bulk/tcp_class_policy.hpp"
 #include "transport/bulk/tcp_handshake.hpp"
 #include "transport/bulk/tcp_wire.hpp"
 
@@ -37,7 +38,8 @@ struct in_conn {
   region_table::pin pin;
   uint64_t done = 0;
   transport_errc verdict = transport_errc::none;
-  std::vector<uint8_t> out; ///< Unsent acknowledgements.
+  std::vector<uint8_t> out;  ///< Unsent acknowledgements.
+  bool watching_out = false; ///< EPOLLOUT requested (out did not fit).
   clock_type::time_point last_progress;
   bool dead = false;
 };
@@ -66,7 +68,6 @@ public:
   void adopt(std::unique_ptr<in_conn> c);
 
 private:
-  caf::error apply_priority();
   void run();
   void add(std::unique_ptr<in_conn> c);
   void on_readable(in_conn& c);
@@ -160,7 +161,9 @@ caf::error tcp_receiver::loop::start(int listen_fd) {
   std::promise<caf::error> started;
   auto ready = started.get_future();
   thread_ = std::thread{[this, &started] {
-    auto err = apply_priority();
+    auto err = apply_thread_policy(
+        ctx_.opts, tc_,
+        tc_ == traffic_class::control ? "dp-tcp-rx-ctl" : "dp-tcp-rx-kv");
     bool ok = !err;
     started.set_value(std::move(err));
     if (ok)
@@ -170,17 +173,6 @@ caf::error tcp_receiver::loop::start(int listen_fd) {
   if (err)
     thread_.join();
   return err;
-}
-
-caf::error tcp_receiver::loop::apply_priority() {
-  if (tc_ != traffic_class::kv || ctx_.opts.kv_rx_nice == 0)
-    return caf::none;
-  // Bulk receive work yields the CPU to control traffic (the host analogue
-  // of a low-priority virtual lane).
-  return sys_check("setpriority(kv receive thread)",
-                   ::setpriority(PRIO_PROCESS,
-                                 static_cast<id_t>(::syscall(SYS_gettid)),
-                                 ctx_.opts.kv_rx_nice));
 }
 
 void tcp_receiver::loop::stop() {
@@ -201,7 +193,9 @@ void tcp_receiver::loop::adopt(std::unique_ptr<in_conn> c) {
 
 void tcp_receiver::loop::add(std::unique_ptr<in_conn> c) {
   auto fd = c->fd.get();
-  if (poll_.add(fd, EPOLLIN, static_cast<uint64_t>(fd)))
+  c->watching_out = !c->out.empty();
+  uint32_t events = EPOLLIN | (c->watching_out ? EPOLLOUT : 0u);
+  if (poll_.add(fd, events, static_cast<uint64_t>(fd)))
     return; // not watched: closing it tells the peer
   conns_[fd] = std::move(c);
 }
@@ -252,8 +246,10 @@ void tcp_receiver::loop::accept_all() {
                                           SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd)
       return; // EAGAIN: none left; others: retried on the next event
-    ctx_.count(&counters::connections_accepted);
-    if (set_nodelay(fd->get()))
+    ctx_.stats.connections_accepted += 1;
+    // Handshake bytes travel as control; the class is known after it.
+    if (set_nodelay(fd->get())
+        || apply_socket_policy(fd->get(), ctx_.opts, traffic_class::control))
       continue; // closed: the client's handshake fails
     auto c = std::make_unique<in_conn>();
     c->fd = std::move(*fd);
@@ -280,9 +276,12 @@ bool tcp_receiver::loop::flush(in_conn& c) {
   while (!c.out.empty()) {
     auto r = send_some(fd, c.out.data(), c.out.size());
     if (r.status == io_status::would_block) {
-      if (poll_.modify(fd, EPOLLIN | EPOLLOUT, static_cast<uint64_t>(fd))) {
-        drop(c);
-        return false;
+      if (!c.watching_out) {
+        if (poll_.modify(fd, EPOLLIN | EPOLLOUT, static_cast<uint64_t>(fd))) {
+          drop(c);
+          return false;
+        }
+        c.watching_out = true;
       }
       return true;
     }
@@ -292,9 +291,12 @@ bool tcp_receiver::loop::flush(in_conn& c) {
     }
     c.out.erase(c.out.begin(), c.out.begin() + r.bytes);
   }
-  if (poll_.modify(fd, EPOLLIN, static_cast<uint64_t>(fd))) {
-    drop(c);
-    return false;
+  if (c.watching_out) {
+    if (poll_.modify(fd, EPOLLIN, static_cast<uint64_t>(fd))) {
+      drop(c);
+      return false;
+    }
+    c.watching_out = false;
   }
   return true;
 }
@@ -306,7 +308,7 @@ void tcp_receiver::loop::check_timeouts() {
       continue;
     bool idle_ok = c->st == in_state::header && c->have == 0;
     if (!idle_ok && now - c->last_progress > ctx_.opts.io_timeout) {
-      ctx_.count(&counters::dropped_half_open);
+      ctx_.stats.dropped_half_open += 1;
       drop(*c);
     }
   }
@@ -317,7 +319,7 @@ bool tcp_receiver::loop::handle_auth(in_conn& c) {
   std::memcpy(&h, c.buf.data(), sizeof(h));
   auto peer = check_hello(ctx_.opts.secret, c.sent, h);
   if (!peer) {
-    ctx_.count(&counters::rejected_unauthenticated);
+    ctx_.stats.rejected_unauthenticated += 1;
     auto w = refusal();
     // Best effort: the connection is dropped whether or not it arrives.
     static_cast<void>(send_some(c.fd.get(), &w, sizeof(w)));
@@ -326,6 +328,10 @@ bool tcp_receiver::loop::handle_auth(in_conn& c) {
   }
   c.peer = std::move(peer->node);
   c.tclass = peer->tclass;
+  if (apply_socket_policy(c.fd.get(), ctx_.opts, c.tclass)) {
+    drop(c);
+    return false;
+  }
   c.st = in_state::header;
   c.have = 0;
   append(c.out, peer->reply);
@@ -350,7 +356,7 @@ bool tcp_receiver::loop::handle_header(in_conn& c) {
       || (h.flags & ~wire::flag_immediate) != 0
       || h.length > (ctx_.opts.max_frame_mib << 20)) {
     // The stream can no longer be trusted to be framed: drop it.
-    ctx_.count(&counters::rejected_bad_frame);
+    ctx_.stats.rejected_bad_frame += 1;
     drop(c);
     return false;
   }
@@ -361,13 +367,13 @@ bool tcp_receiver::loop::handle_header(in_conn& c) {
     case transport_errc::none:
       break;
     case transport_errc::unknown_region:
-      ctx_.count(&counters::rejected_unknown_region);
+      ctx_.stats.rejected_unknown_region += 1;
       break;
     case transport_errc::wrong_key:
-      ctx_.count(&counters::rejected_wrong_key);
+      ctx_.stats.rejected_wrong_key += 1;
       break;
     default:
-      ctx_.count(&counters::rejected_out_of_bounds);
+      ctx_.stats.rejected_out_of_bounds += 1;
       break;
   }
   c.st =
@@ -382,7 +388,7 @@ void tcp_receiver::loop::finish_frame(in_conn& c) {
   auto region = c.hdr.region_id;
   c.pin.reset();
   if (ok) {
-    ctx_.count(&counters::bytes_received, c.hdr.length);
+    ctx_.stats.bytes_received += c.hdr.length;
     if (c.hdr.flags & wire::flag_immediate)
       ctx_.signal_immediate(
           incoming_immediate{c.peer, region, c.hdr.immediate});
@@ -401,6 +407,8 @@ void tcp_receiver::loop::on_readable(in_conn& c) {
   // Bounded work per wake-up so one busy peer cannot starve the others
   // (epoll is level-triggered, so the rest is read on the next round).
   size_t budget = 4 * 1024 * 1024;
+  // kv: short copies, so a waking control thread preempts within one.
+  const size_t chunk_max = syscall_chunk(ctx_.opts, tc_, budget);
   while (budget > 0) {
     io_result r;
     if (c.st == in_state::auth || c.st == in_state::header) {
@@ -418,7 +426,7 @@ void tcp_receiver::loop::on_readable(in_conn& c) {
       }
     } else {
       auto left = c.hdr.length - c.done;
-      auto chunk = std::min<uint64_t>(left, budget);
+      auto chunk = std::min<uint64_t>(left, std::min(budget, chunk_max));
       if (c.st == in_state::payload) {
         // Straight into the registered region.
         r = recv_some(c.fd.get(), c.pin.ptr() + c.done, chunk);

@@ -1,30 +1,32 @@
-// The send side of the tcp backend. enqueue() slices each write into frames of
-// at most `transport.slice_kib` (never above the receiver's frame bound) and
-// queues them on the connection of the batch's traffic class to its peer.
-// The sender thread connects lazily (tcp_handshake.hpp), then works in
-// passes: per peer it arbitrates between the classes by weighted round robin
-// over byte grants (wrr.hpp; a lone class sends larger grants uncharged),
-// writes with writev, reads the in-order acknowledgements and completes a
-// batch when every frame of it is acknowledged, and fails batches past their
-// deadline. A pass is bounded in bytes, so a control batch posted meanwhile
-// waits at most about one pass.
+// The send side of the tcp backend: one lane (a thread with its own
+// connections, queues and epoll set) per traffic class, so a kv write never
+// holds up a control write in user space, and the kv lane runs at the kv
+// class's CPU priority (tcp_class_policy.hpp).
+//
+// enqueue() slices each write into frames of at most `transport.slice_kib`
+// (never above the receiver's frame bound) and hands the batch to its class's
+// lane through a short inbox (the only lock a poster takes; no system call
+// runs under it). A lane connects lazily (tcp_handshake.hpp), then works in
+// passes over its peers: before each write it asks the peer's shared
+// weighted round robin (wrr.hpp) for a grant, so while both classes have data
+// for a peer their bytes follow the weights; it writes with writev (kv: at most
+// `tcp_kv_chunk_kib` per call), reads the in-order acknowledgements, completes
+// a batch when every frame of it is acknowledged (so no completion precedes
+// its bytes landing in the destination) and fails batches past their
+// deadline. Bounded queues: at most `max_pending_batches` per peer and class,
+// more fail queue_full.
 //
 // Thread safety: every public member function may be called from any thread;
-// completion sinks run on the sender thread without any lock held.
+// completion sinks run on the batch's lane thread without any lock held.
 #pragma once
 
-#include <atomic>
-#include <list>
+#include <array>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <unordered_map>
-#include <utility>
-#include <vector>
 
 #include "transport/bulk/tcp_context.hpp"
-#include "transport/bulk/tcp_socket.hpp"
 
 namespace dualpath::transport::bulk {
 
@@ -32,52 +34,34 @@ class tcp_sender {
 public:
   explicit tcp_sender(tcp_context& ctx);
 
-  /// Fails every pending batch with peer_lost after stopping the thread.
+  /// Stops the lanes (see stop()).
   ~tcp_sender();
 
+  /// Starts one lane thread per class; fails when a thread's scheduling
+  /// cannot be applied.
   caf::error start();
 
-  /// Stops the thread; every batch still pending completes with peer_lost.
+  /// Stops the lanes; every batch still pending completes with peer_lost.
   void stop();
 
   /// Learns (or updates) where `peer` listens.
   void set_address(const std::string& peer, std::string host, uint16_t port);
 
   /// Queues a validated batch (deadline set); takes `sink` only on
-  /// success. Errors: peer_lost (unknown peer), queue_full (more than
-  /// `max_pending_batches` pending to that peer).
+  /// success. Errors: peer_lost (unknown peer), queue_full.
   caf::error enqueue(const batch& b, completion_sink& sink);
 
   /// Closes the connections to `peer`; its pending batches fail peer_lost.
   void drop_peer(const std::string& peer);
 
-  struct peer_state; // per peer: connections, queues, arbiter
-  struct out_conn;   // per (peer, class)
-  struct batch_state;
+  class lane;       // one per traffic class (tcp_sender.cpp)
+  struct peer_link; // what both lanes share about one peer
 
 private:
-  void wake();
-  void finish(batch_state& b, caf::error err);
-  void fail_conn(out_conn& c, transport_errc code, const std::string& why);
-  void fail_conn(out_conn& c, caf::error err);
-  void connect_needed(std::unique_lock<std::mutex>& guard);
-  void read_acks(peer_state& p, out_conn& c);
-  size_t write_some(peer_state& p, out_conn& c, size_t quantum);
-  bool pump(peer_state& p);
-  void check_deadlines();
-  void deliver();
-  void run();
-
   tcp_context& ctx_;
-  std::mutex mtx_; // guards peers_, batches_, done_
-  std::vector<std::unique_ptr<peer_state>> peers_;
-  std::unordered_map<std::string, size_t> peer_index_;
-  std::list<std::shared_ptr<batch_state>> batches_;
-  std::vector<std::pair<completion_sink, completion>> done_;
-
-  poller poll_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
+  std::mutex links_mtx_; // guards links_ (set_address only)
+  std::unordered_map<std::string, std::shared_ptr<peer_link>> links_;
+  std::array<std::unique_ptr<lane>, traffic_class_count> lanes_;
 };
 
 } // namespace dualpath::transport::bulk

@@ -40,6 +40,7 @@ struct in_conn {
   transport_errc verdict = transport_errc::none;
   std::vector<uint8_t> out;  ///< Unsent acknowledgements.
   bool watching_out = false; ///< EPOLLOUT requested (out did not fit).
+  size_t lowat = 1;          ///< The socket's SO_RCVLOWAT.
   clock_type::time_point last_progress;
   bool dead = false;
 };
@@ -71,6 +72,7 @@ private:
   void run();
   void add(std::unique_ptr<in_conn> c);
   void on_readable(in_conn& c);
+  bool set_lowat(in_conn& c);
   void drop(in_conn& c);
   bool flush(in_conn& c);
   void accept_all();
@@ -411,10 +413,12 @@ void tcp_receiver::loop::on_readable(in_conn& c) {
   const size_t chunk_max = syscall_chunk(ctx_.opts, tc_, budget);
   while (budget > 0) {
     io_result r;
+    size_t asked = 0;
     if (c.st == in_state::auth || c.st == in_state::header) {
       size_t want = c.st == in_state::auth ? sizeof(wire::hello)
                                            : sizeof(wire::frame_header);
-      r = recv_some(c.fd.get(), c.buf.data() + c.have, want - c.have);
+      asked = want - c.have;
+      r = recv_some(c.fd.get(), c.buf.data() + c.have, asked);
       if (r.status == io_status::progress) {
         c.have += r.bytes;
         c.last_progress = clock_type::now();
@@ -426,13 +430,13 @@ void tcp_receiver::loop::on_readable(in_conn& c) {
       }
     } else {
       auto left = c.hdr.length - c.done;
-      auto chunk = std::min<uint64_t>(left, std::min(budget, chunk_max));
+      asked = std::min<uint64_t>(left, std::min(budget, chunk_max));
       if (c.st == in_state::payload) {
         // Straight into the registered region.
-        r = recv_some(c.fd.get(), c.pin.ptr() + c.done, chunk);
+        r = recv_some(c.fd.get(), c.pin.ptr() + c.done, asked);
       } else {
-        r = recv_some(c.fd.get(), scratch_.data(),
-                      std::min<uint64_t>(chunk, scratch_.size()));
+        asked = std::min<uint64_t>(asked, scratch_.size());
+        r = recv_some(c.fd.get(), scratch_.data(), asked);
       }
       if (r.status == io_status::progress) {
         c.done += r.bytes;
@@ -448,9 +452,39 @@ void tcp_receiver::loop::on_readable(in_conn& c) {
       drop(c);
       return;
     }
+    // A short read drained the socket: wait instead of asking again.
+    if (r.bytes < asked)
+      break;
   }
-  if (!c.dead && !c.out.empty())
-    flush(c);
+  if (!c.dead && !c.out.empty() && !flush(c))
+    return;
+  if (!c.dead && !set_lowat(c))
+    drop(c);
+}
+
+bool tcp_receiver::loop::set_lowat(in_conn& c) {
+  // Wake up only when the bytes that let this connection progress are
+  // there: the rest of a header, or the payload's next piece (at most
+  // `lowat_cap`). Never more than the peer is about to send, so no wait is
+  // lost; a stalled peer still ends at the io timeout.
+  constexpr size_t lowat_cap = 512 * 1024;
+  size_t want = 1;
+  if (c.st == in_state::auth)
+    want = sizeof(wire::hello) - c.have;
+  else if (c.st == in_state::header)
+    want = sizeof(wire::frame_header) - c.have;
+  else
+    want = std::min<uint64_t>(c.hdr.length - c.done, lowat_cap);
+  want = std::max<size_t>(want, 1);
+  if (want == c.lowat)
+    return true;
+  int v = static_cast<int>(want);
+  if (sys_check(
+          "setsockopt(SO_RCVLOWAT)",
+          ::setsockopt(c.fd.get(), SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v))))
+    return false;
+  c.lowat = want;
+  return true;
 }
 
 } // namespace dualpath::transport::bulk

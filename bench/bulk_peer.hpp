@@ -79,8 +79,8 @@ inline bool fork_receiver(uint64_t len, transport::bulk::options o,
 }
 
 /// Applies a bench flag that names a tcp option (`--kv-sched idle|batch|
-/// normal`, `--kv-nice N`, `--kv-chunk-kib N`, `--slice-kib N`); false when
-/// `key` is none of them.
+/// normal`, `--kv-nice N`, `--control-nice N`, `--kv-chunk-kib N`,
+/// `--slice-kib N`); false when `key` is none of them.
 inline bool tcp_option_flag(const std::string& key, const std::string& value,
                             transport::bulk::options& o) {
   using transport::bulk::tcp_cpu_sched;
@@ -95,6 +95,8 @@ inline bool tcp_option_flag(const std::string& key, const std::string& value,
       return false;
   } else if (key == "--kv-nice") {
     o.tcp_kv_nice = std::atoi(value.c_str());
+  } else if (key == "--control-nice") {
+    o.tcp_control_nice = std::atoi(value.c_str());
   } else if (key == "--kv-chunk-kib") {
     o.tcp_kv_chunk_kib = static_cast<uint32_t>(std::atoi(value.c_str()));
   } else if (key == "--slice-kib") {

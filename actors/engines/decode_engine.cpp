@@ -672,17 +672,48 @@ void report(self_ptr self) {
 }
 
 // A push's bulk batch completed: answer the prefill engine's push request.
-void on_pushed(self_ptr self, uint64_t tag, const std::string& error) {
+void on_pushed(self_ptr self, uint64_t tag, caf::error error) {
   auto& st = self->state;
   auto i = st.pushes.find(tag);
   if (i == st.pushes.end())
     return;
-  if (error.empty())
+  if (!error)
     i->second.rp.deliver(i->second.reply);
   else
-    i->second.rp.deliver(caf::make_error(transport::transport_errc::peer_lost,
-                                         "push failed: " + error));
+    i->second.rp.deliver(std::move(error)); // the transport's own error
   st.pushes.erase(i);
+}
+
+// Drops the admissions and unfinished requests `which` selects (their
+// prefill engine is gone or gave up on them): waiters get `why`, slots are
+// freed. A decode-side read still in flight finds no request and releases
+// its leases (on_de_read).
+template <class Predicate>
+void drop_requests(self_ptr self, Predicate which, const caf::error& why) {
+  auto& st = self->state;
+  for (auto i = st.admissions.begin(); i != st.admissions.end();) {
+    if (which(i->first)) {
+      i->second.deliver(why);
+      st.tok -= i->first.request.tokens.size();
+      i = st.admissions.erase(i);
+    } else {
+      ++i;
+    }
+  }
+  std::vector<uint64_t> dropped;
+  for (auto& [id, r] : st.requests)
+    if (!r.finishing && which(r.a))
+      dropped.push_back(id);
+  for (auto id : dropped) {
+    auto i = st.requests.find(id);
+    for (auto& rp : i->second.load_waiters)
+      rp.deliver(why);
+    if (i->second.has_slot)
+      st.slots.free(i->second.slot_offset);
+    st.tok -= i->second.tokens;
+    st.requests.erase(i);
+  }
+  try_admit(self);
 }
 
 caf::error setup(decode_state& st) {
@@ -728,37 +759,13 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
   // and the scheduler re-queues those requests under new ids, so their
   // admissions and slots are dropped here.
   self->set_down_handler([self](const caf::down_msg& dm) {
-    auto& st = self->state;
-    auto from_lost = [&dm](const assignment& a) {
-      return a.prefill_actor && a.prefill_actor.address() == dm.source;
-    };
-    auto lost = [] {
-      return caf::make_error(caf::sec::request_receiver_down,
-                             "prefill engine lost");
-    };
-    for (auto i = st.admissions.begin(); i != st.admissions.end();) {
-      if (from_lost(i->first)) {
-        i->second.deliver(lost());
-        st.tok -= i->first.request.tokens.size();
-        i = st.admissions.erase(i);
-      } else {
-        ++i;
-      }
-    }
-    std::vector<uint64_t> dropped;
-    for (auto& [id, r] : st.requests)
-      if (!r.finishing && from_lost(r.a))
-        dropped.push_back(id);
-    for (auto id : dropped) {
-      auto i = st.requests.find(id);
-      for (auto& rp : i->second.load_waiters)
-        rp.deliver(lost());
-      if (i->second.has_slot)
-        st.slots.free(i->second.slot_offset);
-      st.tok -= i->second.tokens;
-      st.requests.erase(i);
-    }
-    try_admit(self);
+    drop_requests(
+        self,
+        [&dm](const assignment& a) {
+          return a.prefill_actor && a.prefill_actor.address() == dm.source;
+        },
+        caf::make_error(caf::sec::request_receiver_down,
+                        "prefill engine lost"));
   });
   auto& c = self->state.cfg;
   if ((c.group_leader || (c.id.rank == 0 && !c.group_members.empty()))
@@ -844,17 +851,14 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
         auto hdl = caf::actor_cast<caf::actor>(self);
         auto early = post_or_complete(
             *cfg.node->bulk, std::move(b), [hdl, tag](bulk::completion c) {
-              caf::anon_send(hdl, pushed_atom_v, tag,
-                             c.error ? caf::to_string(c.error) : std::string{});
+              caf::anon_send(hdl, pushed_atom_v, tag, std::move(c.error));
             });
         if (early)
-          on_pushed(self, tag,
-                    early->error ? caf::to_string(early->error)
-                                 : std::string{});
+          on_pushed(self, tag, std::move(early->error));
         return rp;
       },
-      [self](pushed_atom, uint64_t tag, std::string& error) {
-        on_pushed(self, tag, error);
+      [self](pushed_atom, uint64_t tag, caf::error& error) {
+        on_pushed(self, tag, std::move(error));
       },
       [self](prefilled_atom, const prefill_summary& s) {
         auto& st = self->state;
@@ -868,6 +872,13 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
       [self](prefill_end_atom, uint64_t id) { on_prefill_end(self, id); },
       [self](decode_end_atom, uint64_t id) { on_decode_end(self, id); },
       [self](report_tick_atom) { report(self); },
+      [self](release_atom, uint64_t id) {
+        drop_requests(
+            self, [id](const assignment& a) { return a.request.id == id; },
+            caf::make_error(caf::sec::request_receiver_down,
+                            "prefill engine gave up on request "
+                                + std::to_string(id)));
+      },
       [self](status_atom) { return status(self); },
   };
 }

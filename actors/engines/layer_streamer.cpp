@@ -39,7 +39,7 @@ struct layer_state {
   gpu::device_buffer gpu;
   uint32_t pending_pushes = 0;
   uint32_t pending_sends = 0;
-  std::string send_error;
+  caf::error send_error; // the first failed send's, as the transport said
   time_point load_start{};
   time_point ready_at{};
   time_point send_done_at{};
@@ -118,7 +118,7 @@ uint64_t staging_offset(const active_batch& b, const engine_config& cfg,
 
 void advance(self_ptr self);
 void on_pushed(self_ptr self, const layer_ready& r);
-void on_sent(self_ptr self, uint32_t l, uint64_t bytes, std::string error);
+void on_sent(self_ptr self, uint32_t l, uint64_t bytes, caf::error error);
 
 // Observation (null hooks: nothing): one span per request of the batch on
 // this engine's track ("gpu<rank>") or a direction of its compute NIC
@@ -439,37 +439,34 @@ void start_send(self_ptr self, uint32_t l) {
   std::vector<bulk::completion> early; // completed inside post()
   for (auto& kv : batches) {
     kv.second.tag = (batch_id << 16) | l;
-    auto c = post_or_complete(
-        *node.bulk, std::move(kv.second),
-        [hdl, batch_id, l](bulk::completion c) {
-          caf::anon_send(hdl, sent_atom_v, batch_id, l, c.bytes,
-                         c.error ? caf::to_string(c.error) : std::string{});
-        });
+    auto c = post_or_complete(*node.bulk, std::move(kv.second),
+                              [hdl, batch_id, l](bulk::completion c) {
+                                caf::anon_send(hdl, sent_atom_v, batch_id, l,
+                                               c.bytes, std::move(c.error));
+                              });
     if (c)
       early.push_back(std::move(*c));
   }
   for (auto& c : early) {
     if (!st.batch || st.batch->plan.batch_id != batch_id)
       return; // the batch failed meanwhile
-    on_sent(self, l, c.bytes,
-            c.error ? caf::to_string(c.error) : std::string{});
+    on_sent(self, l, c.bytes, std::move(c.error));
   }
 }
 
-void on_sent(self_ptr self, uint32_t l, uint64_t bytes, std::string error) {
+void on_sent(self_ptr self, uint32_t l, uint64_t bytes, caf::error error) {
   auto& st = self->state;
   auto& b = *st.batch;
   auto& lay = b.layers[l];
   if (lay.pending_sends == 0)
     return;
-  if (!error.empty())
+  if (error && !lay.send_error)
     lay.send_error = std::move(error);
   b.bytes_moved += bytes;
   if (--lay.pending_sends > 0)
     return;
-  if (!lay.send_error.empty()) {
-    fail(self, caf::make_error(transport::transport_errc::peer_lost,
-                               "layer send failed: " + lay.send_error));
+  if (lay.send_error) {
+    fail(self, std::move(lay.send_error));
     return;
   }
   auto now = emulated_now(self, st.cfg.time);
@@ -655,7 +652,7 @@ caf::behavior streamer(self_ptr self, engine_config cfg,
           on_computed(self, l);
       },
       [self, current](sent_atom, uint64_t batch_id, uint32_t l, uint64_t bytes,
-                      std::string& error) {
+                      caf::error& error) {
         if (current(batch_id, l))
           on_sent(self, l, bytes, std::move(error));
       },

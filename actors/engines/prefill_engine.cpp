@@ -90,6 +90,22 @@ void release_leases(self_ptr self, const std::vector<uint64_t>& leases) {
     self->send(reader, release_atom_v, lease_release{leases});
 }
 
+// A job failed: its decode engine drops what it holds for it (an admission
+// or a slot) and the scheduler re-queues the request (or fails it after
+// max_attempts), so neither the request nor the buffer space is lost.
+void report_failure(self_ptr self, const job& j, const caf::error& err) {
+  auto& cfg = self->state.cfg;
+  if (j.admit_sent && j.a.decode_actor)
+    self->send(caf::actor_cast<decode_engine_actor>(j.a.decode_actor),
+               release_atom_v, j.a.request.id);
+  if (cfg.scheduler)
+    self->send(caf::actor_cast<scheduler_actor>(cfg.scheduler), fail_atom_v,
+               request_failure{j.a.request.id, cfg.id, err});
+  if (cfg.hooks)
+    cfg.hooks->count("dualpath_errors_total",
+                     {{"source", "prefill_engine"}, {"kind", "request"}});
+}
+
 // Removes job `id` (done or failed): frees its leases and its share of
 // seq_e / tok_e, answers its batch when `err` or when it was the last job of
 // the batch, and starts the next jobs.
@@ -102,6 +118,8 @@ void finish(self_ptr self, uint64_t id, caf::error err,
     return;
   job_ptr j = std::move(*i);
   st.jobs.erase(i);
+  if (err)
+    report_failure(self, *j, err);
   // Leases of a job that failed before it was ready are still in pe_read.
   if (!j->ready)
     for (auto& l : j->pe_read.leases)
@@ -381,6 +399,22 @@ void schedule_fetch(self_ptr self) {
   self->delayed_send(self, d, fetch_tick_atom_v);
 }
 
+// Group leader: a member's batch failed (its engine reported each request).
+void member_failed(self_ptr self, const caf::error& err) {
+  auto& cfg = self->state.cfg;
+  if (cfg.hooks)
+    cfg.hooks->count("dualpath_errors_total",
+                     {{"source", "prefill_engine"}, {"kind", "batch"}});
+  if (cfg.observer) {
+    event_record ev;
+    ev.source = cfg.id.node + "/prefill" + std::to_string(cfg.id.rank);
+    ev.kind = "batch_failed";
+    ev.at_ns = since_start(cfg.time, emulated_now(self, cfg.time));
+    ev.detail = caf::to_string(err);
+    self->send(cfg.observer, event_atom_v, std::move(ev));
+  }
+}
+
 // Group leader: gather the members' loads, fetch work, dispatch it.
 void fetch(self_ptr self) {
   auto& cfg = self->state.cfg;
@@ -418,7 +452,14 @@ void fetch(self_ptr self) {
                 if (kv.first)
                   self->request(kv.first, caf::infinite, prefill_atom_v,
                                 std::move(kv.second))
-                      .then([](stream_report&) {}, [](caf::error&) {});
+                      .then([](stream_report&) {},
+                            [self](caf::error& err) {
+                              // Each failed request was reported to the
+                              // scheduler by the engine that held it
+                              // (report_failure); the leader records that a
+                              // member's batch failed.
+                              member_failed(self, err);
+                            });
               schedule_fetch(self);
             },
             [self](caf::error&) { schedule_fetch(self); });

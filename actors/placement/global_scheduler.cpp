@@ -345,14 +345,14 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
     return caf::make_error(caf::sec::invalid_argument,
                            "scheduler needs at least one prefill and one "
                            "decode engine");
-  std::string why;
-  auto st = scheduler::cluster_state::make(std::move(pe), std::move(de),
-                                           cfg.nodes, why);
-  if (!why.empty())
+  auto st =
+      scheduler::cluster_state::make(std::move(pe), std::move(de), cfg.nodes);
+  if (!st)
     return caf::make_error(caf::sec::invalid_argument,
-                           "scheduler cluster description: " + why);
+                           "scheduler cluster description: "
+                               + caf::to_string(st.error()));
   auto hdl = sys.spawn([cfg = std::move(cfg),
-                        st = std::move(st)](self_ptr self) mutable
+                        st = std::move(*st)](self_ptr self) mutable
                        -> scheduler_actor::behavior_type {
     auto& s = self->state;
     s.cfg = std::move(cfg);

@@ -97,8 +97,8 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
       (static_cast<uint64_t>(cfg.integer("storage.buffer_mib")) << 20)
       / s.byte_scale;
   // Each prefill engine of a node holds the leases of at most lookahead + 1
-  // requests (see actors/prefill_engine.hpp), so a pool with room for that
-  // many longest prompts per GPU can never be exhausted by completed reads
+  // requests (see actors/engines/prefill_engine.hpp), so a pool with room for
+  // that many longest prompts per GPU can never be exhausted by completed reads
   // waiting to stream: the condition for a cyclic wait never arises.
   s.reader_min_blocks = static_cast<uint32_t>(
       s.gpus_per_node * (uint64_t{s.prefill_lookahead} + 1)

@@ -280,14 +280,13 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
   if (spec.reader == "prefetching") {
     // The extension example in front of the node's reader; it keeps at most
     // a quarter of the pool, so ordinary reads always find room.
-    extensions::prefetch_config pc;
+    prefetch_config pc;
     pc.node = node->name;
     pc.max_blocks = std::max<uint32_t>(
         1, std::min<uint32_t>(spec.prefetch_blocks,
                               static_cast<uint32_t>(slots / 4)));
     pc.observer = spec.observer;
-    node->reader =
-        extensions::spawn_prefetching_reader(sys, *reader, std::move(pc));
+    node->reader = spawn_prefetching_reader(sys, *reader, std::move(pc));
   }
   out.keep_alive.push_back(
       std::make_shared<transport::bulk::local_registration>(std::move(*reg)));

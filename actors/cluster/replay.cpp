@@ -7,16 +7,24 @@
 #include <random>
 
 #include <caf/all.hpp>
+#include <caf/type_id.hpp>
 
 #include "actors/sim/driver.hpp"
+
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::cluster::replay_atoms,
+             start_agent_atom, "startagent")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::cluster::replay_atoms,
+             recorded_atom, "recorded")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::cluster::replay_atoms,
+             lag_tick_atom, "lagtick")
 
 namespace dualpath::actors::cluster {
 
 namespace {
 
-using start_agent_atom = caf::atom_constant<caf::atom("startagent")>;
-using recorded_atom = caf::atom_constant<caf::atom("recorded")>;
-using lag_tick_atom = caf::atom_constant<caf::atom("lagtick")>;
+using namespace dualpath::actors::cluster::replay_atoms;
 
 // The emulation runs on the wall clock: when the CPUs cannot keep up,
 // delayed messages fire late and emulated times stretch. The driver measures

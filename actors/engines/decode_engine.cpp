@@ -11,6 +11,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/type_id.hpp>
 
 #include "actors/bulk/bulk_post.hpp"
 #include "actors/engines/engine_timing.hpp"
@@ -23,22 +24,26 @@
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/kv_content.hpp"
 
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, pushed_atom,
+             "depushed")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, prefill_end_atom,
+             "depfend")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, decode_end_atom,
+             "dedecend")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, report_tick_atom,
+             "detick")
+
 namespace dualpath::actors {
 
 namespace {
 
+using namespace dualpath::actors::decode_atoms;
+
 namespace bulk = transport::bulk;
 namespace storage = transport::storage;
 using time_point = emulated_time::time_point;
-
-using pushed_atom = caf::atom_constant<caf::atom("depushed")>;
-constexpr auto pushed_atom_v = pushed_atom::value;
-using prefill_end_atom = caf::atom_constant<caf::atom("depfend")>;
-constexpr auto prefill_end_atom_v = prefill_end_atom::value;
-using decode_end_atom = caf::atom_constant<caf::atom("dedecend")>;
-constexpr auto decode_end_atom_v = decode_end_atom::value;
-using report_tick_atom = caf::atom_constant<caf::atom("detick")>;
-constexpr auto report_tick_atom_v = report_tick_atom::value;
 
 struct de_request {
   assignment a;

@@ -10,6 +10,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/type_id.hpp>
 
 #include "actors/bulk/bulk_post.hpp"
 #include "actors/engines/engine_timing.hpp"
@@ -17,21 +18,26 @@
 #include "actors/protocol/decode_engine_actor.hpp"
 #include "transport/storage/block_format.hpp"
 
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, loaded_atom,
+             "lsloaded")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, computed_atom,
+             "lscomputed")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, sent_atom,
+             "lssent")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, sent_done_atom,
+             "lssentdone")
+
 namespace dualpath::actors {
 
 namespace {
 
+using namespace dualpath::actors::streamer_atoms;
+
 namespace bulk = transport::bulk;
 
 // Timer and completion messages the streamer sends itself (in-process only).
-using loaded_atom = caf::atom_constant<caf::atom("lsloaded")>;
-constexpr auto loaded_atom_v = loaded_atom::value;
-using computed_atom = caf::atom_constant<caf::atom("lscomputed")>;
-constexpr auto computed_atom_v = computed_atom::value;
-using sent_atom = caf::atom_constant<caf::atom("lssent")>;
-constexpr auto sent_atom_v = sent_atom::value;
-using sent_done_atom = caf::atom_constant<caf::atom("lssentdone")>;
-constexpr auto sent_done_atom_v = sent_done_atom::value;
 
 using time_point = emulated_time::time_point;
 

@@ -9,6 +9,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/type_id.hpp>
 
 #include "actors/engines/engine_timing.hpp"
 #include "actors/engines/kv_layout.hpp"
@@ -17,12 +18,16 @@
 #include "actors/protocol/scheduler_actor.hpp"
 #include "gpu/device.hpp"
 
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::prefill_atoms, fetch_tick_atom,
+             "petick")
+
 namespace dualpath::actors {
 
 namespace {
 
-using fetch_tick_atom = caf::atom_constant<caf::atom("petick")>;
-constexpr auto fetch_tick_atom_v = fetch_tick_atom::value;
+using namespace dualpath::actors::prefill_atoms;
 
 // The reply to one work batch: its requests become jobs and the reply joins
 // them (bytes moved add up; the last job's layer timings are kept).

@@ -14,7 +14,7 @@
 #include <caf/type_id.hpp>
 
 #include "actors/bulk/bulk_post.hpp"
-#include "actors/engines/engine_timing.hpp"
+#include "actors/engines/engine_common.hpp"
 #include "actors/engines/kv_layout.hpp"
 #include "actors/engines/range_allocator.hpp"
 #include "actors/protocol/scheduler_actor.hpp"
@@ -104,14 +104,6 @@ struct decode_state {
 
 using self_ptr = caf::stateful_actor<decode_state>*;
 
-uint64_t bpt(const engine_config& cfg) {
-  return cfg.model.real_bytes_per_token_layer;
-}
-
-bool moves_bytes(const engine_config& cfg) {
-  return cfg.mode != load_mode::oracle;
-}
-
 std::byte* slot_ptr(self_ptr self, const de_request& r) {
   return self->state.memory.get() + r.slot_offset;
 }
@@ -143,10 +135,8 @@ engine_load own_load(self_ptr self);
 // seq_e, tok_e and free HBM change only where requests are admitted,
 // placed on the GPU or removed, and each of those ends in try_admit() or
 // try_gpu().
-void publish_load(self_ptr self) {
-  auto& node = self->state.cfg.node;
-  if (node && node->loads)
-    node->loads->publish(own_load(self));
+void publish(self_ptr self) {
+  publish_load(self->state.cfg, own_load(self));
 }
 
 // Observation (null hooks: nothing): a span of request `id` on this engine's
@@ -154,11 +144,8 @@ void publish_load(self_ptr self) {
 void trace(self_ptr self, const char* track, const char* name, uint64_t id,
            int64_t begin_ns, int64_t end_ns, uint64_t nominal_bytes = 0,
            const char* direction = "") {
-  auto& cfg = self->state.cfg;
-  if (cfg.hooks && cfg.hooks->tracing())
-    cfg.hooks->span(observe::span_record{
-        cfg.id.node, track + std::to_string(cfg.id.rank) + direction, name, id,
-        -1, begin_ns, end_ns, nominal_bytes});
+  span(self->state.cfg, track, name, id, -1, begin_ns, end_ns, nominal_bytes,
+       direction);
 }
 
 void on_de_read(self_ptr self, uint64_t id, read_completion c) {
@@ -237,16 +224,9 @@ void start(self_ptr self, assignment a, caf::response_promise rp,
     rr.first_block = plan.pe_side_blocks;
     rr.tokens =
         (plan.hit_blocks - plan.pe_side_blocks) * cfg.model.block_tokens;
-    self->request(cfg.node->reader, caf::infinite, read_atom_v, std::move(rr))
-        .then([self,
-               id](read_completion& c) { on_de_read(self, id, std::move(c)); },
-              [self, id, rr](caf::error&) {
-                // The reader failed as a whole: every DE-side block is a miss.
-                read_completion c;
-                c.request_id = id;
-                c.failed = rr.blocks;
-                on_de_read(self, id, std::move(c));
-              });
+    read_blocks(
+        self, cfg.node->reader, std::move(rr),
+        [self, id](read_completion c) { on_de_read(self, id, std::move(c)); });
   } else {
     r.read_done = true;
     r.de_read.request_id = id;
@@ -277,7 +257,7 @@ void try_admit(self_ptr self) {
     st.tok -= item.first.request.tokens.size();
     start(self, std::move(item.first), std::move(item.second), *off, bytes);
   }
-  publish_load(self);
+  publish(self);
 }
 
 void try_finish(self_ptr self, uint64_t id) {
@@ -394,7 +374,7 @@ void try_gpu(self_ptr self) {
     st.gpu_wait.pop_front();
     start_decode(self, r);
   }
-  publish_load(self);
+  publish(self);
 }
 
 void send_done(self_ptr self, uint64_t id) {
@@ -599,10 +579,9 @@ void on_decode_end(self_ptr self, uint64_t id) {
 
 engine_load own_load(self_ptr self) {
   auto& st = self->state;
-  engine_load x;
-  x.engine = st.cfg.id;
-  x.seq = static_cast<uint32_t>(st.requests.size() + st.admissions.size());
-  x.tok = st.tok;
+  auto x = own_load_of(
+      st.cfg, static_cast<uint32_t>(st.requests.size() + st.admissions.size()),
+      st.tok);
 #ifndef NDEBUG
   uint64_t walked = 0;
   for (auto& kv : st.requests)
@@ -611,7 +590,6 @@ engine_load own_load(self_ptr self) {
     walked += a.first.request.tokens.size();
   assert(walked == st.tok);
 #endif
-  x.free_hbm_bytes = free_hbm_nominal(st.cfg);
   return x;
 }
 
@@ -773,10 +751,9 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
                         "prefill engine lost"));
   });
   auto& c = self->state.cfg;
-  if ((c.group_leader || (c.id.rank == 0 && !c.group_members.empty()))
-      && c.scheduler)
+  if (leads_group(c))
     schedule_report(self);
-  publish_load(self);
+  publish(self);
   return {
       [self](admit_atom, assignment& a) -> caf::result<decode_slot> {
         auto& st = self->state;

@@ -13,7 +13,7 @@
 #include <caf/type_id.hpp>
 
 #include "actors/bulk/bulk_post.hpp"
-#include "actors/engines/engine_timing.hpp"
+#include "actors/engines/engine_common.hpp"
 #include "actors/engines/kv_layout.hpp"
 #include "actors/protocol/decode_engine_actor.hpp"
 #include "transport/storage/block_format.hpp"
@@ -88,20 +88,6 @@ struct streamer_state {
 
 using self_ptr = caf::stateful_actor<streamer_state>*;
 
-// Whether the mode moves KV at all (timing); Oracle assumes it resident.
-bool moves_bytes(const engine_config& cfg) {
-  return cfg.mode != load_mode::oracle;
-}
-
-// Whether real bytes are copied too (not on a modeled data plane).
-bool copies_bytes(const engine_config& cfg) {
-  return moves_bytes(cfg) && cfg.real_bytes;
-}
-
-uint64_t bpt(const engine_config& cfg) {
-  return cfg.model.real_bytes_per_token_layer;
-}
-
 uint64_t layer_bytes(const active_batch& b, const engine_config& cfg) {
   return b.batch_tokens * bpt(cfg);
 }
@@ -139,9 +125,8 @@ void trace(self_ptr self, const char* track, const char* name, int32_t layer,
   auto b = since_start(st.cfg.time, begin);
   auto e = since_start(st.cfg.time, end);
   for (auto& item : st.batch->plan.items)
-    h->span(observe::span_record{
-        st.cfg.id.node, track + std::to_string(st.cfg.id.rank) + direction,
-        name, item.request_id, layer, b, e, nominal_bytes});
+    span(st.cfg, track, name, item.request_id, layer, b, e, nominal_bytes,
+         direction);
 }
 
 // The window in which this engine's compute NIC (one direction) moved

@@ -25,10 +25,10 @@
 #include <caf/expected.hpp>
 
 #include "actors/cluster/report.hpp"
-#include "actors/engine_context.hpp"
+#include "actors/engines/engine_context.hpp"
 #include "actors/observe/hooks.hpp"
-#include "actors/scheduler.hpp"
-#include "actors/scheduler_actor.hpp"
+#include "actors/placement/global_scheduler.hpp"
+#include "actors/protocol/scheduler_actor.hpp"
 #include "config/settings.hpp"
 #include "gpu/compute_model.hpp"
 #include "scheduler/policy.hpp"
@@ -72,7 +72,7 @@ struct cluster_spec {
   uint32_t reader_io_threads = 2;
   uint32_t reader_queue_depth = 8;
   /// Storage reader behaviour (`storage.reader`): "default" or
-  /// "prefetching" (actors/extensions/prefetching_reader.hpp) with at most
+  /// "prefetching" (actors/storage/prefetching_reader.hpp) with at most
   /// `prefetch_blocks` blocks kept.
   std::string reader = "default";
   uint32_t prefetch_blocks = 256;

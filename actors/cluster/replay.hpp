@@ -2,7 +2,7 @@
 // Each agent submits its turns one after another (zero think time): turn i+1
 // is submitted when turn i's result arrives. Offline, every agent starts at
 // once; online, agents arrive as a Poisson process at `aps` agents per
-// emulated second. Times are emulated (see actors/emulation.hpp).
+// emulated second. Times are emulated (see actors/engines/emulation.hpp).
 //
 // Ownership: replay() blocks the calling (non-actor) thread until every turn
 // has completed or the wall-clock limit passes; the driver actor it spawns
@@ -16,9 +16,9 @@
 #include <caf/actor_system.hpp>
 #include <caf/expected.hpp>
 
-#include "actors/emulation.hpp"
-#include "actors/messages.hpp"
-#include "actors/scheduler_actor.hpp"
+#include "actors/engines/emulation.hpp"
+#include "actors/protocol/messages.hpp"
+#include "actors/protocol/scheduler_actor.hpp"
 #include "scheduler/workload/trajectory.hpp"
 
 namespace dualpath::actors::cluster {

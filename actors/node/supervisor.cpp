@@ -5,7 +5,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/type_ids.hpp"
+#include "actors/protocol/type_ids.hpp"
 #include "transport/storage/block_format.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/kv_content.hpp"
@@ -148,6 +148,9 @@ spawn_submit_gate(caf::actor_system& sys, scheduler_actor scheduler,
         },
         [=](done_atom, request_result& res) {
           self->send(scheduler, done_atom_v, std::move(res));
+        },
+        [=](fail_atom, request_failure& f) {
+          self->send(scheduler, fail_atom_v, std::move(f));
         },
     };
   });

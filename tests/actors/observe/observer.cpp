@@ -1,4 +1,5 @@
 // ctest-label: observability
+// ctest-links: actors_storage actors_placement
 // The observer hub: an observer found through the actor registry receives
 // periodic state snapshots per node (from the metrics registry) and every
 // event; an actor's own snapshot becomes metrics; a terminated subscriber is
@@ -7,11 +8,11 @@
 
 #include <caf/all.hpp>
 
-#include "actors/extensions/prefetching_reader.hpp"
 #include "actors/observe/metrics.hpp"
 #include "actors/observe/observer.hpp"
-#include "actors/register.hpp"
-#include "actors/scheduler.hpp"
+#include "actors/placement/global_scheduler.hpp"
+#include "actors/protocol/register.hpp"
+#include "actors/storage/prefetching_reader.hpp"
 
 using namespace dualpath;
 using namespace dualpath::actors;
@@ -192,6 +193,6 @@ TEST_CASE("reportable state prints every field") {
   auto stext = caf::deep_to_string(sc);
   CHECK(stext.find("scheduler_counters") != std::string::npos);
   CHECK(stext.find("11") != std::string::npos);
-  extensions::prefetch_stats ps{4, 3, 2, 1, 5};
+  prefetch_stats ps{4, 3, 2, 1, 5};
   CHECK(caf::deep_to_string(ps) == "prefetch_stats(4, 3, 2, 1, 5)");
 }

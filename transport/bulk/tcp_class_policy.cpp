@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <future>
 
 #include "transport/bulk/tcp_socket.hpp"
 
@@ -55,6 +56,24 @@ caf::error apply_thread_policy(const options& opts, traffic_class tc,
       return opts.tcp_kv_nice == 0 ? caf::none : set_nice(opts.tcp_kv_nice);
   }
   return caf::none;
+}
+
+caf::error start_class_thread(std::thread& out, const options& opts,
+                              traffic_class tc, const char* name,
+                              std::function<void()> body) {
+  std::promise<caf::error> started;
+  auto ready = started.get_future();
+  out = std::thread{[&opts, tc, name, &started, body = std::move(body)] {
+    auto err = apply_thread_policy(opts, tc, name);
+    bool ok = !err;
+    started.set_value(std::move(err)); // `started` ends with this call
+    if (ok)
+      body();
+  }};
+  auto err = ready.get();
+  if (err)
+    out.join();
+  return err;
 }
 
 size_t syscall_chunk(const options& opts, traffic_class tc, size_t fallback) {

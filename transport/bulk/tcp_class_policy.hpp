@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <thread>
 
 #include <caf/error.hpp>
 
@@ -30,6 +32,14 @@ caf::error apply_socket_policy(int fd, const options& opts, traffic_class tc);
 /// a negative niceness needs CAP_SYS_NICE).
 caf::error apply_thread_policy(const options& opts, traffic_class tc,
                                const char* name);
+
+/// Starts a thread of class `tc` named `name`: it applies
+/// apply_thread_policy, reports the result, and runs `body` only when that
+/// succeeded. Returns once the policy is applied: the thread (running
+/// `body`) or the error (the thread already joined).
+caf::error start_class_thread(std::thread& out, const options& opts,
+                              traffic_class tc, const char* name,
+                              std::function<void()> body);
 
 /// Bytes one system call of class `tc` may move (kv: tcp_kv_chunk_kib;
 /// control: `fallback`).

@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <cstring>
-#include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -160,21 +159,10 @@ caf::error tcp_receiver::loop::start(int listen_fd) {
     if (auto err =
             poll_.add(listen_fd_, EPOLLIN, static_cast<uint64_t>(listen_fd_)))
       return err;
-  std::promise<caf::error> started;
-  auto ready = started.get_future();
-  thread_ = std::thread{[this, &started] {
-    auto err = apply_thread_policy(
-        ctx_.opts, tc_,
-        tc_ == traffic_class::control ? "dp-tcp-rx-ctl" : "dp-tcp-rx-kv");
-    bool ok = !err;
-    started.set_value(std::move(err));
-    if (ok)
-      run();
-  }};
-  auto err = ready.get();
-  if (err)
-    thread_.join();
-  return err;
+  return start_class_thread(thread_, ctx_.opts, tc_,
+                            tc_ == traffic_class::control ? "dp-tcp-rx-ctl"
+                                                          : "dp-tcp-rx-kv",
+                            [this] { run(); });
 }
 
 void tcp_receiver::loop::stop() {

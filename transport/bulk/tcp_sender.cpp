@@ -3,7 +3,6 @@
 #include <atomic>
 #include <cstring>
 #include <deque>
-#include <future>
 #include <list>
 #include <thread>
 #include <vector>
@@ -88,21 +87,10 @@ public:
   caf::error start() {
     if (auto err = poll_.open())
       return err;
-    std::promise<caf::error> started;
-    auto ready = started.get_future();
-    thread_ = std::thread{[this, &started] {
-      auto err = apply_thread_policy(
-          ctx_.opts, tc_,
-          tc_ == traffic_class::control ? "dp-tcp-tx-ctl" : "dp-tcp-tx-kv");
-      bool ok = !err;
-      started.set_value(std::move(err));
-      if (ok)
-        run();
-    }};
-    auto err = ready.get();
-    if (err)
-      thread_.join();
-    return err;
+    return start_class_thread(thread_, ctx_.opts, tc_,
+                              tc_ == traffic_class::control ? "dp-tcp-tx-ctl"
+                                                            : "dp-tcp-tx-kv",
+                              [this] { run(); });
   }
 
   /// Joins the thread (after both lanes were told to stop), then fails

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run transport [--runs N] [--seconds S]: bulk transport throughput.
-# Each of N rounds (default 5) runs, back to back so that they share the
-# machine's state:
+# Each of N rounds (default 5) runs, each size's contenders back to back
+# (in reverse order in odd rounds) so that they share the machine's state:
 #   - bench_transport once: the tcp backend between two processes on loopback
 #     at 64 KiB, 1 MiB and 4 MiB kv writes, with the peers' working set (every
 #     write from and to the same bytes, `_hot`) and with writes cycling through
@@ -55,10 +55,12 @@ iperf_gbps() { # size -> GB/s of one run
 
 ucx_gbps() { # test size -> GB/s of one run (ucx_perftest reports MiB/s)
   local test=$1 size=$2 p=$((port++))
-  # About `seconds` at 0.5 GB/s; ucx_perftest's default 10,000 warm-up
-  # iterations would dominate, so warm up with a tenth of the run.
-  local iters=$(( (seconds * 500000000) / size ))
-  [ "$iters" -gt 10000 ] && iters=10000
+  # About `seconds` at 5 GB/s (it reached 10 GB/s at 1 MiB on a quiet
+  # 2-core VM, so fewer iterations would end in a fraction of a second);
+  # ucx_perftest's default 10,000 warm-up iterations would dominate, so
+  # warm up with a tenth of the run.
+  local iters=$(( (seconds * 5000000000) / size ))
+  [ "$iters" -gt 40000 ] && iters=40000
   [ "$iters" -lt 50 ] && iters=50
   local warm=$(( iters / 10 ))
   UCX_TLS=tcp timeout 120 ucx_perftest -p "$p" >/dev/null 2>&1 &
@@ -70,15 +72,35 @@ ucx_gbps() { # test size -> GB/s of one run (ucx_perftest reports MiB/s)
   wait "$srv" 2>/dev/null || true
 }
 
+ours() { # round workload: one run of one bench_transport workload
+  "$bin" --runs 1 --seconds "$seconds" --only "$2" | sed "s/^/round=$1 /" | tee -a "$log"
+}
+peer() { # round tool size
+  local v
+  if [ "$2" = iperf3 ]; then v=$(iperf_gbps "$3"); else v=$(ucx_gbps "$2" "$3"); fi
+  echo "round=$1 peer=$2 size=$3 gbps=${v:-none}" | tee -a "$log"
+}
+
 echo "# bench transport: runs=$runs seconds=$seconds load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for ((r = 0; r < runs; r++)); do
-  "$bin" --runs 1 --seconds "$seconds" | sed "s/^/round=$r /" | tee -a "$log"
+  # Each size's contenders run back to back, in the opposite order in odd
+  # rounds, so a change of the machine's load during a round does not
+  # favour one side.
   for size in 1048576 4194304; do
-    for tool in iperf3 ucp_put_bw ucp_am_bw; do
-      if [ "$tool" = iperf3 ]; then v=$(iperf_gbps "$size"); else v=$(ucx_gbps "$tool" "$size"); fi
-      echo "round=$r peer=$tool size=$size gbps=${v:-none}" | tee -a "$log"
+    n=$([ "$size" = 1048576 ] && echo 1m || echo 4m)
+    order=("tcp_${n}_hot" iperf3 ucp_am_bw "tcp_$n" "raw_$n" ucp_put_bw)
+    if ((r % 2)); then
+      order=(ucp_put_bw "raw_$n" "tcp_$n" ucp_am_bw iperf3 "tcp_${n}_hot")
+    fi
+    for x in "${order[@]}"; do
+      case $x in
+        tcp_* | raw_*) ours "$r" "$x" ;;
+        *) peer "$r" "$x" "$size" ;;
+      esac
     done
   done
+  ours "$r" tcp_64k
+  ours "$r" local_64m
 done
 
 python3 - "$log" "$runs" <<'EOF'

@@ -209,7 +209,9 @@ public:
   /// Queues `b` (all writes to one node); `sink` receives its completion.
   virtual void post(batch b, completion_sink sink) = 0;
 
-  /// Called on a backend thread when a write with an immediate lands here.
+  /// Called on a backend thread when a write with an immediate lands here
+  /// (tcp: on the receive thread of the write's class, so two calls may
+  /// overlap).
   virtual void on_immediate(immediate_handler f) = 0;
 
   virtual counters stats() const = 0;

@@ -225,7 +225,7 @@ private:
     bool writable = false;
     std::deque<slice> queue;    ///< Not yet (fully) written.
     std::deque<slice> inflight; ///< Written, awaiting an ack (in order).
-    std::array<uint8_t, sizeof(wire::ack)> ack_buf{};
+    std::array<uint8_t, 64 * sizeof(wire::ack)> ack_buf{};
     size_t ack_have = 0;
     uint64_t next_seq = 1;
   };
@@ -339,11 +339,13 @@ private:
   /// Reads acknowledgements until the socket has none.
   void read_acks(lane_peer& p) {
     const auto& name = p.link->name;
+    constexpr size_t ack_len = sizeof(wire::ack);
     for (;;) {
       if (!p.fd)
         return;
-      auto r = recv_some(p.fd.get(), p.ack_buf.data() + p.ack_have,
-                         p.ack_buf.size() - p.ack_have);
+      // Several acknowledgements per call; a short read drained the socket.
+      auto asked = p.ack_buf.size() - p.ack_have;
+      auto r = recv_some(p.fd.get(), p.ack_buf.data() + p.ack_have, asked);
       if (r.status == io_status::would_block)
         return;
       if (r.status != io_status::progress) {
@@ -354,31 +356,45 @@ private:
         return;
       }
       p.ack_have += r.bytes;
-      if (p.ack_have < p.ack_buf.size())
-        continue;
-      p.ack_have = 0;
-      wire::ack a;
-      std::memcpy(&a, p.ack_buf.data(), sizeof(a));
-      if (a.magic != wire::ack_magic || p.inflight.empty()
-          || a.seq != p.inflight.front().hdr.seq) {
-        fail_conn(p, caf::make_error(transport_errc::bad_frame,
-                                     "garbled acknowledgement from " + name));
+      size_t used = 0;
+      for (; used + ack_len <= p.ack_have; used += ack_len) {
+        wire::ack a;
+        std::memcpy(&a, p.ack_buf.data() + used, ack_len);
+        if (!on_ack(p, a))
+          return; // the connection failed
+      }
+      std::memmove(p.ack_buf.data(), p.ack_buf.data() + used,
+                   p.ack_have - used);
+      p.ack_have -= used;
+      if (r.bytes < asked)
         return;
-      }
-      auto s = std::move(p.inflight.front());
-      p.inflight.pop_front();
-      auto& b = *s.b;
-      if (b.done)
-        continue;
-      if (a.status != 0) {
-        finish(b, caf::make_error(static_cast<transport_errc>(a.status),
-                                  "write rejected by " + name));
-        continue;
-      }
-      b.acked_bytes += s.hdr.length;
-      if (--b.slices_left == 0)
-        finish(b, caf::none);
     }
+  }
+
+  /// Applies one acknowledgement; false when it was garbled (the
+  /// connection is then failed).
+  bool on_ack(lane_peer& p, const wire::ack& a) {
+    const auto& name = p.link->name;
+    if (a.magic != wire::ack_magic || p.inflight.empty()
+        || a.seq != p.inflight.front().hdr.seq) {
+      fail_conn(p, caf::make_error(transport_errc::bad_frame,
+                                   "garbled acknowledgement from " + name));
+      return false;
+    }
+    auto s = std::move(p.inflight.front());
+    p.inflight.pop_front();
+    auto& b = *s.b;
+    if (b.done)
+      return true;
+    if (a.status != 0) {
+      finish(b, caf::make_error(static_cast<transport_errc>(a.status),
+                                "write rejected by " + name));
+      return true;
+    }
+    b.acked_bytes += s.hdr.length;
+    if (--b.slices_left == 0)
+      finish(b, caf::none);
+    return true;
   }
 
   /// Writes up to `budget` bytes of the front slice; returns bytes written.

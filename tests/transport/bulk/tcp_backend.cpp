@@ -929,6 +929,14 @@ TEST_CASE("a batch completes only when its last frame is acknowledged") {
   auto bad = w.get();
   CHECK(code_of(bad.error) == transport_errc::wrong_key);
   CHECK(bad.failed_ops == 1);
+  // An acknowledgement out of sequence fails what is in flight (bad_frame)
+  // and the connection; the next batch reconnects.
+  waiter w2;
+  a->post(one_write(*src, 0, *dst.subrange(0, 4096)), w2.sink());
+  auto garbled = fake.wait_frames(5)[4];
+  garbled.hdr.seq += 7;
+  fake_receiver::ack(garbled);
+  CHECK(code_of(w2.get().error) == transport_errc::bad_frame);
 }
 
 TEST_CASE("bounded queues refuse with queue_full per class") {

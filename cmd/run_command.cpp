@@ -191,6 +191,8 @@ public:
           << res->time_scale << " (emulated s per wall s), byte scale "
           << res->byte_scale << " (nominal bytes per real byte)\n\n";
       print_table(out, res->modes);
+      out << '\n';
+      print_bounds(out, res->bounds, res->modes);
       out << std::setprecision(2);
       if (basic && dual)
         out << "\nBasic / DualPath JCT: " << ratio(basic, dual) << "x";

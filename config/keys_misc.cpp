@@ -80,8 +80,11 @@ void add_run(std::vector<key_spec>& out) {
   out.push_back(int_key("run.turns", 2, "turns",
                         "Turns replayed per trajectory, from the middle of "
                         "each trajectory (earlier turns are history already "
-                        "in storage).",
-                        range::at_least(1)));
+                        "in storage). 0 = whole trajectories: every turn "
+                        "from the first, the store starts empty (only a "
+                        "trace file's own `history` turns are in storage; "
+                        "docs/workload.md).",
+                        range::at_least(0)));
   out.push_back(string_key("run.modes", "all",
                            "Modes run one after another: all (basic, "
                            "dualpath, oracle), ablation (basic, layerwise, "

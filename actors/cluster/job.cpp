@@ -9,6 +9,7 @@
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "actors/cluster/bounds.hpp"
 #include "actors/cluster/cluster.hpp"
 #include "actors/cluster/observe_session.hpp"
 #include "actors/cluster/replay.hpp"
@@ -245,11 +246,20 @@ caf::expected<workload::trace> job_trace(const config::settings& cfg,
       return gen.error();
     full = std::move(*gen);
   }
-  if (opts.turns == 0)
-    return job_error("run.turns must be at least 1");
+  workload::trace out;
+  // turns = 0, whole trajectories: every turn from the first. Nothing is
+  // history except what a trace file states itself (its `history` field,
+  // kept as loaded): those turns are in storage by the file's own account.
+  if (opts.turns == 0) {
+    for (auto& t : full)
+      if (t.turns.size() > t.history_turns)
+        out.push_back(std::move(t));
+    if (out.empty())
+      return job_error("the trace has no turn to replay");
+    return out;
+  }
   // Each trajectory replays `turns` turns from the middle of its own length;
   // what comes before is history that the store holds when replay starts.
-  workload::trace out;
   for (auto& t : full) {
     if (t.turns.empty())
       continue;
@@ -285,6 +295,7 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   auto spec0 = spec_from(cfg, load_mode::dualpath);
   if (!spec0)
     return spec0.error();
+  result.bounds = trace_bounds(*trace, *spec0);
   result.byte_scale = spec0->byte_scale;
   result.time_scale = spec0->time_scale;
   scratch_dir dir;
@@ -468,6 +479,7 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     id_base += outcome->records.size();
     auto report =
         summarize(variant.name, *outcome, (*cluster)->snic_usage_now(), slo{});
+    set_bound(report, bound_for(result.bounds, mode));
     for (auto& rec : outcome->records)
       if (rec.result.verify_failures > 0)
         result.failures.push_back(verify_failure{variant.name, rec.result.id,

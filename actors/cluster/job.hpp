@@ -5,10 +5,12 @@
 //
 // Replay window: each trajectory replays `turns` turns starting at half of
 // its own length; the earlier turns are history whose KV is written into the
-// store before the mode runs. Each mode gets a store of its own (blocks one
-// mode persists would be extra hits for the next), and a request's result is
-// reported only after its blocks are durable, so a later turn of the same
-// agent sees them.
+// store before the mode runs. turns = 0 replays whole trajectories: every
+// turn from the first, with no history (a trace file's own `history` turns
+// excepted: they are in storage by the file's statement). Each mode gets a
+// store of its own (blocks one mode persists would be extra hits for the next),
+// and a request's result is reported only after its blocks are durable, so a
+// later turn of the same agent sees them.
 //
 // Thread safety: run_job blocks its caller; it owns the actor system it runs.
 #pragma once
@@ -48,7 +50,8 @@ struct job_options {
   std::vector<run_variant> modes{{"basic", load_mode::basic, false},
                                  {"dualpath", load_mode::dualpath, false},
                                  {"oracle", load_mode::oracle, false}};
-  /// Turns replayed per trajectory.
+  /// Turns replayed per trajectory from its middle; 0 = every turn from the
+  /// first (whole trajectories; see the file comment).
   uint32_t turns = 2;
   /// Agents per emulated second (online); 0 = offline.
   double aps = 0;
@@ -126,6 +129,8 @@ struct job_result {
   uint64_t populated_blocks = 0;
   double mean_prompt_tokens = 0;
   double mean_hit_share = 0; ///< History tokens / prompt tokens, first turn.
+  /// Fluid bounds of the replayed trace on the cluster (bounds.hpp).
+  fluid_bounds bounds;
   uint32_t byte_scale = 1;
   double time_scale = 1;
   double populate_s = 0; ///< Wall seconds spent pre-populating the store.

@@ -9,6 +9,7 @@
 #include <caf/io/all.hpp>
 #include <caf/type_id.hpp>
 
+#include "actors/cluster/bounds.hpp"
 #include "actors/cluster/cluster.hpp"
 #include "actors/cluster/replay.hpp"
 #include "actors/node/node_system.hpp"
@@ -498,6 +499,7 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
   if (!trace)
     return trace.error();
   cluster::job_result result;
+  result.bounds = cluster::trace_bounds(*trace, *spec);
   result.byte_scale = spec->byte_scale;
   result.time_scale = spec->time_scale;
   // The trajectories' history goes into the shared store first.
@@ -616,6 +618,7 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
         a.bytes -= std::min(a.bytes, b.bytes);
   auto report =
       cluster::summarize(variant->name, *outcome, snic_after, cluster::slo{});
+  cluster::set_bound(report, cluster::bound_for(result.bounds, spec->mode));
   for (auto& rec : outcome->records)
     if (rec.result.verify_failures > 0)
       result.failures.push_back(

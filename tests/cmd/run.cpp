@@ -146,6 +146,41 @@ TEST_CASE("the human report names every mode and the ratios") {
   CHECK(res.out.find("Basic / DualPath JCT") != std::string::npos);
   CHECK(res.out.find("blocks verified") != std::string::npos);
   CHECK(res.out.find("byte scale 656") != std::string::npos);
+  // How far each mode is from its bound, beside its JCT.
+  CHECK(res.out.find("agents done p50/p90 (s)") != std::string::npos);
+  CHECK(res.out.find("JCT / bound") != std::string::npos);
+  CHECK(res.out.find("bounds (fluid") != std::string::npos);
+  CHECK(res.out.find("prefill compute") != std::string::npos);
+  CHECK(res.out.find("PE storage NICs") != std::string::npos);
+  CHECK(res.out.find("all storage NICs") != std::string::npos);
+}
+
+TEST_CASE("whole trajectories (--turns 0): every turn verified byte-exact") {
+  temp_dir dir;
+  dualpath::test::write_file(
+      dir.file("trace.jsonl"),
+      "{\"agent\": 0, \"turns\": [{\"append\": 700, \"gen\": 100}, "
+      "{\"append\": 200, \"gen\": 50}, {\"append\": 90, \"gen\": 10}]}\n"
+      "{\"agent\": 1, \"turns\": [{\"append\": 500, \"gen\": 20}, "
+      "{\"append\": 30, \"gen\": 30}]}\n");
+  auto doc = run_json(dir, {"--mode", "basic,dualpath", "--turns", "0",
+                            "--trace-file", dir.file("trace.jsonl")});
+  CHECK(doc["requests_per_mode"].get<int>() == 5);
+  for (auto mode : {"basic", "dualpath"}) {
+    CAPTURE(mode);
+    auto& m = doc["modes"][mode];
+    CHECK(m["requests"].get<int>() == 5);
+    CHECK(m["failed_requests"].get<int>() == 0);
+    CHECK(m["verify_failures"].get<int>() == 0);
+    // Every block of every prompt's KV (hit or computed) is checked at its
+    // decode engine: ceil(prompt / 64) = 11 + 16 + 18 + 8 + 9.
+    CHECK(m["blocks_verified"].get<int>() == 62);
+  }
+  // Only what earlier turns persisted can hit: 768 + 1,024 + 512 tokens, all
+  // of them read (ds-660b: 656 B x 61 layers per token).
+  CHECK(doc["bounds"]["hit_tokens"].get<int>() == 2304);
+  CHECK(doc["modes"]["basic"]["bytes_read_pe_side"].get<uint64_t>()
+        == 2304ull * 656 * 61);
 }
 
 TEST_CASE("bad input exits 2 naming what was wrong") {
@@ -156,9 +191,9 @@ TEST_CASE("bad input exits 2 naming what was wrong") {
   auto bad_sweep = run_process(small_run(dir, {"--aps-sweep", "1,x"}));
   CHECK(bad_sweep.status == 2);
   CHECK(bad_sweep.err.find("'x'") != std::string::npos);
-  auto zero_turns = run_process(small_run(dir, {"--turns", "0"}));
-  CHECK(zero_turns.status == 2);
-  CHECK(zero_turns.err.find("run.turns") != std::string::npos);
+  auto negative_turns = run_process(small_run(dir, {"--turns", "-1"}));
+  CHECK(negative_turns.status == 2);
+  CHECK(negative_turns.err.find("run.turns") != std::string::npos);
   dualpath::test::write_file(dir.file("bad.jsonl"),
                              "{\"agent\": 1, \"turns\": [{\"append\": 0, "
                              "\"gen\": 3}]}\n");

@@ -221,6 +221,20 @@ parse_variants(const std::string& text) {
   return out;
 }
 
+workload::generator_params generator_params_from(const config::settings& cfg) {
+  workload::generator_params p;
+  p.turns = static_cast<uint32_t>(cfg.integer("workload.turns"));
+  p.append_tokens =
+      static_cast<uint32_t>(cfg.integer("workload.append_tokens"));
+  p.gen_tokens = static_cast<uint32_t>(cfg.integer("workload.gen_tokens"));
+  p.context_tokens =
+      static_cast<uint64_t>(cfg.integer("workload.context_tokens"));
+  p.max_len = static_cast<uint64_t>(cfg.integer("workload.max_len"));
+  p.agents = static_cast<uint32_t>(cfg.integer("workload.agents"));
+  p.seed = static_cast<uint64_t>(cfg.integer("workload.seed"));
+  return p;
+}
+
 caf::expected<workload::trace> job_trace(const config::settings& cfg,
                                          const job_options& opts) {
   auto max_len = static_cast<uint64_t>(cfg.integer("workload.max_len"));
@@ -231,17 +245,7 @@ caf::expected<workload::trace> job_trace(const config::settings& cfg,
       return loaded.error();
     full = std::move(*loaded);
   } else {
-    workload::generator_params p;
-    p.turns = static_cast<uint32_t>(cfg.integer("workload.turns"));
-    p.append_tokens =
-        static_cast<uint32_t>(cfg.integer("workload.append_tokens"));
-    p.gen_tokens = static_cast<uint32_t>(cfg.integer("workload.gen_tokens"));
-    p.context_tokens =
-        static_cast<uint64_t>(cfg.integer("workload.context_tokens"));
-    p.max_len = max_len;
-    p.agents = static_cast<uint32_t>(cfg.integer("workload.agents"));
-    p.seed = static_cast<uint64_t>(cfg.integer("workload.seed"));
-    auto gen = workload::generate(p);
+    auto gen = workload::generate(generator_params_from(cfg));
     if (!gen)
       return gen.error();
     full = std::move(*gen);

@@ -27,6 +27,7 @@
 #include "actors/cluster/report.hpp"
 #include "actors/engines/engine_context.hpp"
 #include "config/settings.hpp"
+#include "scheduler/workload/generator.hpp"
 #include "scheduler/workload/trajectory.hpp"
 
 namespace dualpath::actors::cluster {
@@ -136,6 +137,10 @@ struct job_result {
   double populate_s = 0; ///< Wall seconds spent pre-populating the store.
   double wall_s = 0;
 };
+
+/// The generator's parameters from the workload.* keys.
+scheduler::workload::generator_params
+generator_params_from(const config::settings& cfg);
 
 /// The trace the job replays (generated from workload.* or loaded), with the
 /// replay window applied.

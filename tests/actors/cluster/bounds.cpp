@@ -134,16 +134,8 @@ TEST_CASE("turns = 0 replays every turn of every generated trajectory") {
   auto replayed = job_trace(cfg, opts);
   REQUIRE(replayed);
   // The generator's own trace, untouched: every turn, nothing history.
-  workload::generator_params p;
-  p.turns = static_cast<uint32_t>(cfg.integer("workload.turns"));
-  p.append_tokens =
-      static_cast<uint32_t>(cfg.integer("workload.append_tokens"));
-  p.gen_tokens = static_cast<uint32_t>(cfg.integer("workload.gen_tokens"));
-  p.context_tokens =
-      static_cast<uint64_t>(cfg.integer("workload.context_tokens"));
-  p.max_len = static_cast<uint64_t>(cfg.integer("workload.max_len"));
-  p.agents = 12;
-  p.seed = static_cast<uint64_t>(cfg.integer("workload.seed"));
+  auto p = generator_params_from(cfg);
+  CHECK(p.agents == 12);
   auto gen = workload::generate(p);
   REQUIRE(gen);
   CHECK(*replayed == *gen);

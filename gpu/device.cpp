@@ -51,116 +51,6 @@ caf::expected<backend_choice> parse_backend_choice(const std::string& str) {
                              + "'");
 }
 
-// -- RAII handles -------------------------------------------------------------
-
-// Each handle releases through its owner; moving leaves the source empty.
-
-device_buffer::device_buffer(device_buffer&& other) noexcept
-    : owner_(std::move(other.owner_)),
-      data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {
-}
-
-device_buffer& device_buffer::operator=(device_buffer&& other) noexcept {
-  if (this != &other) {
-    reset();
-    owner_ = std::move(other.owner_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
-}
-
-device_buffer::~device_buffer() {
-  reset();
-}
-
-void device_buffer::reset() {
-  if (data_ != nullptr && owner_ != nullptr)
-    owner_->release(*this);
-  data_ = nullptr;
-  size_ = 0;
-  owner_.reset();
-}
-
-pinned_host::pinned_host(pinned_host&& other) noexcept
-    : owner_(std::move(other.owner_)),
-      data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {
-}
-
-pinned_host& pinned_host::operator=(pinned_host&& other) noexcept {
-  if (this != &other) {
-    reset();
-    owner_ = std::move(other.owner_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
-}
-
-pinned_host::~pinned_host() {
-  reset();
-}
-
-void pinned_host::reset() {
-  if (data_ != nullptr && owner_ != nullptr)
-    owner_->do_unpin(data_);
-  data_ = nullptr;
-  size_ = 0;
-  owner_.reset();
-}
-
-stream::stream(stream&& other) noexcept
-    : owner_(std::move(other.owner_)),
-      handle_(std::exchange(other.handle_, nullptr)) {
-}
-
-stream& stream::operator=(stream&& other) noexcept {
-  if (this != &other) {
-    reset();
-    owner_ = std::move(other.owner_);
-    handle_ = std::exchange(other.handle_, nullptr);
-  }
-  return *this;
-}
-
-stream::~stream() {
-  reset();
-}
-
-void stream::reset() {
-  if (handle_ != nullptr && owner_ != nullptr)
-    owner_->do_destroy_stream(handle_);
-  handle_ = nullptr;
-  owner_.reset();
-}
-
-event::event(event&& other) noexcept
-    : owner_(std::move(other.owner_)),
-      handle_(std::exchange(other.handle_, nullptr)) {
-}
-
-event& event::operator=(event&& other) noexcept {
-  if (this != &other) {
-    reset();
-    owner_ = std::move(other.owner_);
-    handle_ = std::exchange(other.handle_, nullptr);
-  }
-  return *this;
-}
-
-event::~event() {
-  reset();
-}
-
-void event::reset() {
-  if (handle_ != nullptr && owner_ != nullptr)
-    owner_->do_destroy_event(handle_);
-  handle_ = nullptr;
-  owner_.reset();
-}
-
 // -- device -------------------------------------------------------------------
 
 struct device::accounting {
@@ -211,10 +101,24 @@ caf::expected<device_buffer> device::allocate(size_t bytes) {
   return device_buffer{shared_from_this(), *ptr, bytes};
 }
 
-void device::release(device_buffer& buf) noexcept {
-  do_free(buf.data_, buf.size_);
-  std::lock_guard<std::mutex> guard{accounting_->mtx};
-  accounting_->allocated -= buf.size_;
+void device::release_handle(handle_kind kind, void* ptr, size_t size) noexcept {
+  switch (kind) {
+    case handle_kind::buffer: {
+      do_free(static_cast<std::byte*>(ptr), size);
+      std::lock_guard<std::mutex> guard{accounting_->mtx};
+      accounting_->allocated -= size;
+      return;
+    }
+    case handle_kind::pinned:
+      do_unpin(static_cast<std::byte*>(ptr));
+      return;
+    case handle_kind::stream:
+      do_destroy_stream(ptr);
+      return;
+    case handle_kind::event:
+      do_destroy_event(ptr);
+      return;
+  }
 }
 
 caf::expected<pinned_host> device::pin(void* data, size_t bytes) {
@@ -231,14 +135,14 @@ caf::expected<stream> device::make_stream() {
   auto handle = do_make_stream();
   if (!handle)
     return std::move(handle.error());
-  return stream{shared_from_this(), *handle};
+  return stream{shared_from_this(), *handle, 0};
 }
 
 caf::expected<event> device::make_event() {
   auto handle = do_make_event();
   if (!handle)
     return std::move(handle.error());
-  return event{shared_from_this(), *handle};
+  return event{shared_from_this(), *handle, 0};
 }
 
 caf::error device::check_stream(const stream& s) const {

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/error.hpp>
@@ -122,159 +123,135 @@ enum class copy_method : uint8_t {
 
 std::string to_string(copy_method x);
 
-/// A move-only owner of device memory, counted against the device's budget.
-class device_buffer {
-public:
-  device_buffer() = default;
-  device_buffer(device_buffer&& other) noexcept;
-  device_buffer& operator=(device_buffer&& other) noexcept;
-  device_buffer(const device_buffer&) = delete;
-  device_buffer& operator=(const device_buffer&) = delete;
-  ~device_buffer();
+/// The kinds of resource a device hands out; each is released through its
+/// device (device::release_handle).
+enum class handle_kind : uint8_t { buffer, pinned, stream, event };
 
-  /// Address in the device's address space (see host_addressable).
-  std::byte* data() const {
-    return data_;
+/// The one move-only RAII handle behind device_buffer, pinned_host, stream and
+/// event: it holds its device (keeping it alive), the backend's pointer and a
+/// byte count, and releases the resource through the device when it dies or
+/// is reset. Moving transfers all three and leaves the source empty; an empty
+/// handle holds no device.
+template <handle_kind Kind>
+class device_handle {
+public:
+  device_handle() = default;
+
+  device_handle(device_handle&& other) noexcept
+      : owner_(std::move(other.owner_)),
+        ptr_(std::exchange(other.ptr_, nullptr)),
+        size_(std::exchange(other.size_, 0)) {
   }
 
-  size_t size() const {
-    return size_;
+  device_handle& operator=(device_handle&& other) noexcept {
+    if (this != &other) {
+      reset();
+      owner_ = std::move(other.owner_);
+      ptr_ = std::exchange(other.ptr_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+
+  device_handle(const device_handle&) = delete;
+  device_handle& operator=(const device_handle&) = delete;
+
+  ~device_handle() {
+    reset();
   }
 
   bool valid() const {
-    return data_ != nullptr;
+    return ptr_ != nullptr;
   }
 
   const device* owner() const {
     return owner_.get();
   }
 
-  /// Frees the memory now (returns it to the budget).
-  void reset();
+  /// Releases the resource now (a buffer's bytes return to the budget).
+  void reset() noexcept;
 
-private:
+protected:
   friend class device;
-  device_buffer(std::shared_ptr<device> owner, std::byte* data, size_t size)
-      : owner_(std::move(owner)), data_(data), size_(size) {
+
+  device_handle(std::shared_ptr<device> owner, void* ptr, size_t size)
+      : owner_(std::move(owner)), ptr_(ptr), size_(size) {
   }
 
   std::shared_ptr<device> owner_;
-  std::byte* data_ = nullptr;
+  void* ptr_ = nullptr;
   size_t size_ = 0;
+};
+
+/// A move-only owner of device memory, counted against the device's budget.
+class device_buffer : public device_handle<handle_kind::buffer> {
+public:
+  device_buffer() = default;
+
+  /// Address in the device's address space (see host_addressable).
+  std::byte* data() const {
+    return static_cast<std::byte*>(ptr_);
+  }
+
+  size_t size() const {
+    return size_;
+  }
+
+private:
+  friend class device;
+  using device_handle::device_handle;
 };
 
 /// A move-only registration of host memory for DMA to and from a device
 /// (cudaHostRegister; a record of the range on the host backend). Does not own
 /// the memory.
-class pinned_host {
+class pinned_host : public device_handle<handle_kind::pinned> {
 public:
   pinned_host() = default;
-  pinned_host(pinned_host&& other) noexcept;
-  pinned_host& operator=(pinned_host&& other) noexcept;
-  pinned_host(const pinned_host&) = delete;
-  pinned_host& operator=(const pinned_host&) = delete;
-  ~pinned_host();
 
   std::byte* data() const {
-    return data_;
+    return static_cast<std::byte*>(ptr_);
   }
 
   size_t size() const {
     return size_;
   }
 
-  bool valid() const {
-    return data_ != nullptr;
-  }
-
-  const device* owner() const {
-    return owner_.get();
-  }
-
-  /// Unregisters now.
-  void reset();
-
 private:
   friend class device;
-  pinned_host(std::shared_ptr<device> owner, std::byte* data, size_t size)
-      : owner_(std::move(owner)), data_(data), size_(size) {
-  }
-
-  std::shared_ptr<device> owner_;
-  std::byte* data_ = nullptr;
-  size_t size_ = 0;
+  using device_handle::device_handle;
 };
 
 /// A move-only in-order queue of device work. Destroying a stream waits for
 /// its work to finish.
-class stream {
+class stream : public device_handle<handle_kind::stream> {
 public:
   stream() = default;
-  stream(stream&& other) noexcept;
-  stream& operator=(stream&& other) noexcept;
-  stream(const stream&) = delete;
-  stream& operator=(const stream&) = delete;
-  ~stream();
-
-  bool valid() const {
-    return handle_ != nullptr;
-  }
-
-  const device* owner() const {
-    return owner_.get();
-  }
 
   /// The backend's handle (cuda: the cudaStream_t state); for backends only.
   void* native() const {
-    return handle_;
+    return ptr_;
   }
-
-  void reset();
 
 private:
   friend class device;
-  stream(std::shared_ptr<device> owner, void* handle)
-      : owner_(std::move(owner)), handle_(handle) {
-  }
-
-  std::shared_ptr<device> owner_;
-  void* handle_ = nullptr;
+  using device_handle::device_handle;
 };
 
 /// A move-only marker in a stream: complete once all work submitted to the
 /// stream before record() has finished. An event never recorded counts as
 /// complete (as in CUDA).
-class event {
+class event : public device_handle<handle_kind::event> {
 public:
   event() = default;
-  event(event&& other) noexcept;
-  event& operator=(event&& other) noexcept;
-  event(const event&) = delete;
-  event& operator=(const event&) = delete;
-  ~event();
-
-  bool valid() const {
-    return handle_ != nullptr;
-  }
-
-  const device* owner() const {
-    return owner_.get();
-  }
 
   void* native() const {
-    return handle_;
+    return ptr_;
   }
-
-  void reset();
 
 private:
   friend class device;
-  event(std::shared_ptr<device> owner, void* handle)
-      : owner_(std::move(owner)), handle_(handle) {
-  }
-
-  std::shared_ptr<device> owner_;
-  void* handle_ = nullptr;
+  using device_handle::device_handle;
 };
 
 /// One accelerator (or its host stand-in). The public functions validate
@@ -372,12 +349,11 @@ protected:
   do_checksum(const std::byte* data, size_t length, void* stream_handle) = 0;
 
 private:
-  friend class device_buffer;
-  friend class pinned_host;
-  friend class stream;
-  friend class event;
+  template <handle_kind>
+  friend class device_handle;
 
-  void release(device_buffer& buf) noexcept;
+  /// Releases what a handle of `kind` holds (its destructor's work).
+  void release_handle(handle_kind kind, void* ptr, size_t size) noexcept;
   caf::error check_stream(const stream& s) const;
   caf::error translate(const std::vector<copy_chunk>& chunks,
                        const std::byte* src, size_t src_size, std::byte* dst,
@@ -387,6 +363,15 @@ private:
   struct accounting;
   std::unique_ptr<accounting> accounting_;
 };
+
+template <handle_kind Kind>
+void device_handle<Kind>::reset() noexcept {
+  if (ptr_ != nullptr && owner_ != nullptr)
+    owner_->release_handle(Kind, ptr_, size_);
+  ptr_ = nullptr;
+  size_ = 0;
+  owner_.reset();
+}
 
 /// A device and why it was chosen.
 struct device_selection {

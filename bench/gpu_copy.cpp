@@ -31,6 +31,7 @@
 
 #include "gpu/checksum.hpp"
 #include "gpu/device.hpp"
+#include "gpu/host_memory.hpp"
 
 #if DUALPATH_HAVE_CUDA
 #  include <cuda_runtime_api.h>
@@ -99,7 +100,10 @@ struct env {
 };
 
 /// Deterministic host bytes.
-void fill(std::vector<std::byte>& buf, uint64_t seed) {
+/// Host bytes the bench pins: whole pages of their own.
+using pinnable = std::vector<std::byte, page_allocator<std::byte>>;
+
+void fill(pinnable& buf, uint64_t seed) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (auto& b : buf) {
     x ^= x << 13;
@@ -121,7 +125,7 @@ struct submit_result {
 submit_result run_submit(env& e, copy_method method, int warmups, int runs) {
   const size_t rows = layers * tokens_per_chunk_list;
   const size_t bytes = rows * row_bytes;
-  std::vector<std::byte> host(bytes);
+  pinnable host(bytes);
   fill(host, 1);
   auto pin = take(e.dev->pin(host.data(), bytes), "pin");
   auto buf = take(e.dev->allocate(bytes), "allocate");
@@ -197,7 +201,7 @@ stats plain_memcpy(void* host, std::byte* dev, size_t bytes, bool to_device,
 
 bw_result run_bandwidth(env& e, size_t bytes, bool to_device, int warmups,
                         int runs) {
-  std::vector<std::byte> host(bytes);
+  pinnable host(bytes);
   fill(host, bytes);
   auto pin = take(e.dev->pin(host.data(), bytes), "pin");
   auto buf = take(e.dev->allocate(bytes), "allocate");

@@ -19,6 +19,7 @@
 #include "actors/engines/range_allocator.hpp"
 #include "actors/protocol/scheduler_actor.hpp"
 #include "gpu/device.hpp"
+#include "gpu/host_memory.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/storage/block_format.hpp"
 #include "transport/storage/block_store.hpp"
@@ -79,7 +80,7 @@ struct persist_job {
 
 struct decode_state {
   engine_config cfg;
-  std::unique_ptr<std::byte[]> memory;
+  gpu::host_memory memory; // pinned: whole pages of its own
   uint64_t size = 0;
   gpu::pinned_host pinned;
   gpu::stream stream;
@@ -88,7 +89,7 @@ struct decode_state {
   gpu::event gpu_done;
   /// Where the device writes a request's Layer Block checksums: room for
   /// the largest prompt the buffer holds, pinned once.
-  std::unique_ptr<uint64_t[]> sums;
+  gpu::host_memory sums; // sums_capacity values of uint64_t
   size_t sums_capacity = 0;
   gpu::pinned_host sums_pinned;
   /// The request whose KV is being copied to the GPU (one at a time, in
@@ -396,7 +397,8 @@ void start_decode(self_ptr self, de_request& r) {
 // with the ones its content must have.
 void verify_on_device(self_ptr self, de_request& r) {
   auto& st = self->state;
-  auto check = check_slot_checksums(st.expected_sums, st.sums.get(),
+  auto check = check_slot_checksums(st.expected_sums,
+                                    reinterpret_cast<uint64_t*>(st.sums.get()),
                                     st.cfg.model.layers, r.hashes.size());
   r.result.blocks_verified = check.blocks_ok;
   r.result.verify_failures += check.blocks_failed;
@@ -804,7 +806,11 @@ caf::error setup(decode_state& st) {
     return caf::make_error(gpu::gpu_errc::budget_exceeded,
                            "decode buffer smaller than one Full Block");
   // Not value-initialised: pages are touched only when KV lands there.
-  st.memory.reset(new std::byte[st.size]);
+  st.memory = gpu::allocate_host_memory(st.size);
+  if (!st.memory)
+    return caf::make_error(gpu::gpu_errc::out_of_memory,
+                           "decode buffer of " + std::to_string(st.size)
+                               + " B: no host memory");
   if (cfg.device) {
     auto pinned = cfg.device->pin(st.memory.get(), st.size);
     if (!pinned)
@@ -836,7 +842,10 @@ caf::error setup(decode_state& st) {
     auto blocks =
         (max_tokens + cfg.model.block_tokens - 1) / cfg.model.block_tokens;
     st.sums_capacity = std::max<uint64_t>(1, blocks * cfg.model.layers);
-    st.sums.reset(new uint64_t[st.sums_capacity]);
+    st.sums = gpu::allocate_host_memory(st.sums_capacity * sizeof(uint64_t));
+    if (!st.sums)
+      return caf::make_error(gpu::gpu_errc::out_of_memory,
+                             "checksum results: no host memory");
     auto pinned =
         cfg.device->pin(st.sums.get(), st.sums_capacity * sizeof(uint64_t));
     if (!pinned)

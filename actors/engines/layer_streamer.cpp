@@ -858,7 +858,11 @@ pe_staging::make(const engine_config& cfg) {
   if (result->size == 0 || cfg.mode == load_mode::oracle)
     return result;
   // Not value-initialised: pages are touched only when KV lands there.
-  result->memory.reset(new std::byte[result->size]);
+  result->memory = gpu::allocate_host_memory(result->size);
+  if (!result->memory)
+    return caf::make_error(gpu::gpu_errc::out_of_memory,
+                           "prefill staging of " + std::to_string(result->size)
+                               + " B: no host memory");
   if (cfg.device) {
     result->device = cfg.device;
     auto pinned = cfg.device->pin(result->memory.get(), result->size);

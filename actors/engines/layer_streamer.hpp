@@ -50,6 +50,7 @@
 #include "actors/engines/engine_context.hpp"
 #include "actors/protocol/layer_streamer_actor.hpp"
 #include "gpu/device.hpp"
+#include "gpu/host_memory.hpp"
 #include "transport/bulk/backend.hpp"
 
 namespace dualpath::actors {
@@ -65,7 +66,7 @@ namespace dualpath::actors {
 /// in (`direct` false, `staged_why` says why).
 struct pe_staging {
   std::shared_ptr<gpu::device> device;
-  std::unique_ptr<std::byte[]> memory;
+  gpu::host_memory memory; // pinned: whole pages of its own
   uint64_t size = 0;
   gpu::pinned_host pinned;
   gpu::stream stream;

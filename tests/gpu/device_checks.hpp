@@ -21,14 +21,19 @@
 
 #include "gpu/checksum.hpp"
 #include "gpu/device.hpp"
+#include "gpu/host_memory.hpp"
 
 namespace dualpath::gpu::checks {
 
 using factory = std::function<std::shared_ptr<device>(uint64_t budget)>;
 
+/// Host bytes a check pins: whole pages of their own (gpu/host_memory.hpp),
+/// so that two pinned buffers never share a page.
+using pinnable = std::vector<std::byte, page_allocator<std::byte>>;
+
 /// Deterministic bytes (a Layer Block stand-in): a function of seed and index.
-inline std::vector<std::byte> pattern(size_t n, uint64_t seed) {
-  std::vector<std::byte> out(n);
+inline pinnable pattern(size_t n, uint64_t seed) {
+  pinnable out(n);
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (size_t i = 0; i < n; ++i) {
     x ^= x << 13;
@@ -72,7 +77,7 @@ inline void copies_are_byte_exact(const factory& make, copy_method method) {
   constexpr size_t rows = 61 * 64; // 61 layers x 64 tokens
   constexpr size_t bytes = row * rows;
   auto src = pattern(bytes, 7);
-  std::vector<std::byte> back(bytes, std::byte{0});
+  pinnable back(bytes, std::byte{0});
   auto src_pin = dev->pin(src.data(), src.size());
   REQUIRE(src_pin);
   auto back_pin = dev->pin(back.data(), back.size());
@@ -126,7 +131,7 @@ inline void events_complete_after_work(const factory& make) {
   CHECK(*fresh); // never recorded counts as complete
   constexpr size_t bytes = 128ull << 20;
   auto src = pattern(bytes, 3);
-  std::vector<std::byte> back(bytes);
+  pinnable back(bytes);
   auto src_pin = dev->pin(src.data(), bytes);
   auto back_pin = dev->pin(back.data(), bytes);
   REQUIRE(src_pin);
@@ -190,7 +195,7 @@ inline void budget_is_enforced(const factory& make) {
 inline void bad_arguments_are_errors(const factory& make) {
   auto dev = make(8ull << 20);
   auto other = make(8ull << 20);
-  std::vector<std::byte> host(4096);
+  pinnable host(4096);
   auto pin = dev->pin(host.data(), host.size());
   REQUIRE(pin);
   auto buf = dev->allocate(1024);
@@ -237,7 +242,7 @@ inline void notify_runs_after_work(const factory& make) {
   REQUIRE(ev);
   constexpr size_t bytes = 64ull << 20;
   auto src = pattern(bytes, 21);
-  std::vector<std::byte> back(bytes);
+  pinnable back(bytes);
   auto src_pin = dev->pin(src.data(), bytes);
   auto back_pin = dev->pin(back.data(), bytes);
   REQUIRE(src_pin);
@@ -299,7 +304,7 @@ inline void segment_checksums_match(const factory& make) {
   REQUIRE(s);
   segment_grid grid{offset, layers, row, row, 64 * bpt};
   REQUIRE_EQ(grid.segments_per_row(), 3u);
-  std::vector<uint64_t> sums(grid.count() + 1, 0);
+  std::vector<uint64_t, page_allocator<uint64_t>> sums(grid.count() + 1, 0);
   const uint64_t sentinel = 0x5EC0DE5EC0DE5EC0ull;
   sums.back() = sentinel;
   auto out = dev->pin(sums.data(), sums.size() * sizeof(uint64_t));

@@ -111,7 +111,7 @@ TEST_CASE("copy method: automatic picks batched only where the probe said so") {
     auto dev = make_host_device(opts);
     REQUIRE(dev);
     auto src = checks::pattern(61 * 656, 4);
-    std::vector<std::byte> back(src.size());
+    checks::pinnable back(src.size());
     auto pin = (*dev)->pin(src.data(), src.size());
     auto back_pin = (*dev)->pin(back.data(), back.size());
     auto buf = (*dev)->allocate(src.size());
@@ -203,7 +203,7 @@ TEST_CASE("host backend without memory: counts the budget, refuses copies") {
   a->reset();
   CHECK_EQ(dev->bytes_allocated(), 400u);
   // Nothing to copy to or from: an error, not a write through data().
-  std::vector<std::byte> host(64);
+  checks::pinnable host(64);
   auto pinned = dev->pin(host.data(), host.size());
   REQUIRE(pinned);
   auto stream = dev->make_stream();

@@ -34,7 +34,8 @@
 // - The single-range checksum needs an 8-byte device accumulator and an
 //   8-byte pinned host landing slot, and the segment checksums a device
 //   array of results; each stream owns its own (a stream is used by one
-//   thread at a time; the array is replaced in stream order when it grows).
+//   thread at a time; the array grows by doubling, after the stream's
+//   earlier kernels finished).
 
 #include <cuda_runtime_api.h>
 
@@ -99,7 +100,7 @@ struct cuda_stream {
   cudaStream_t handle = nullptr;
   unsigned long long* device_sum = nullptr; // cudaMalloc, 8 bytes
   unsigned long long* host_sum = nullptr;   // cudaMallocHost, 8 bytes
-  uint64_t* segment_sums = nullptr;         // cudaMallocAsync on `handle`
+  uint64_t* segment_sums = nullptr;         // cudaMalloc, grown as needed
   size_t segment_capacity = 0;              // values segment_sums holds
 
   /// Releases in reverse order of acquisition; waits for pending work first.
@@ -108,9 +109,7 @@ struct cuda_stream {
     if (handle != nullptr)
       release_call("cudaStreamSynchronize", cudaStreamSynchronize(handle));
     if (segment_sums != nullptr)
-      release_call("cudaFreeAsync", cudaFreeAsync(segment_sums, handle));
-    if (handle != nullptr)
-      release_call("cudaStreamSynchronize", cudaStreamSynchronize(handle));
+      release_call("cudaFree", cudaFree(segment_sums));
     if (host_sum != nullptr)
       release_call("cudaFreeHost", cudaFreeHost(host_sum));
     if (device_sum != nullptr)
@@ -408,17 +407,22 @@ protected:
         (grid.row_bytes + grid.segment_bytes - 1) / grid.segment_bytes;
     const size_t count = grid.rows * per_row;
     if (count > st.segment_capacity) {
-      // Replaced in stream order: kernels enqueued before still read the old
-      // array, which is freed after them.
+      // Grows rarely (doubling). Kernels enqueued before may still write
+      // the old array: they finish first (the only wait, counted).
       size_t want = std::max(count, 2 * st.segment_capacity);
+      if (st.segment_sums != nullptr) {
+        count_host_wait();
+        if (auto err = cuda_call("cudaStreamSynchronize",
+                                 cudaStreamSynchronize(st.handle)))
+          return err;
+        release_call("cudaFree", cudaFree(st.segment_sums));
+        st.segment_sums = nullptr;
+        st.segment_capacity = 0;
+      }
       void* bigger = nullptr;
-      if (auto err = cuda_call(
-              "cudaMallocAsync",
-              cudaMallocAsync(&bigger, want * sizeof(uint64_t), st.handle)))
+      if (auto err = cuda_call("cudaMalloc",
+                               cudaMalloc(&bigger, want * sizeof(uint64_t))))
         return err;
-      if (st.segment_sums != nullptr)
-        release_call("cudaFreeAsync",
-                     cudaFreeAsync(st.segment_sums, st.handle));
       st.segment_sums = static_cast<uint64_t*>(bigger);
       st.segment_capacity = want;
     }

@@ -118,6 +118,30 @@ inline void copies_are_byte_exact(const factory& make, copy_method method) {
   CHECK(back == src);
 }
 
+/// `bytes` of a pattern submitted host -> device -> host on `s` (nothing
+/// waited for): `back` equals `src` once the stream got there.
+struct round_trip {
+  pinnable src;
+  pinnable back;
+  pinned_host src_pin;
+  pinned_host back_pin;
+  device_buffer buf;
+
+  round_trip(device& dev, size_t bytes, uint64_t seed, stream& s)
+      : src(pattern(bytes, seed)), back(bytes) {
+    auto a = dev.pin(src.data(), bytes);
+    auto b = dev.pin(back.data(), bytes);
+    auto d = dev.allocate(bytes);
+    REQUIRE((a && b && d));
+    src_pin = std::move(*a);
+    back_pin = std::move(*b);
+    buf = std::move(*d);
+    std::vector<copy_chunk> whole{{0, 0, bytes}};
+    REQUIRE(!dev.copy_h2d(src_pin, buf, whole, s));
+    REQUIRE(!dev.copy_d2h(buf, back_pin, whole, s));
+  }
+};
+
 /// Events: a fresh event is complete; an event recorded after a large copy
 /// completes once the copy has, and the copied bytes are then visible.
 inline void events_complete_after_work(const factory& make) {
@@ -129,18 +153,7 @@ inline void events_complete_after_work(const factory& make) {
   auto fresh = dev->query(*ev);
   REQUIRE(fresh);
   CHECK(*fresh); // never recorded counts as complete
-  constexpr size_t bytes = 128ull << 20;
-  auto src = pattern(bytes, 3);
-  pinnable back(bytes);
-  auto src_pin = dev->pin(src.data(), bytes);
-  auto back_pin = dev->pin(back.data(), bytes);
-  REQUIRE(src_pin);
-  REQUIRE(back_pin);
-  auto buf = dev->allocate(bytes);
-  REQUIRE(buf);
-  std::vector<copy_chunk> whole{{0, 0, bytes}};
-  REQUIRE(!dev->copy_h2d(*src_pin, *buf, whole, *s));
-  REQUIRE(!dev->copy_d2h(*buf, *back_pin, whole, *s));
+  round_trip trip{*dev, 128ull << 20, 3, *s};
   REQUIRE(!dev->record(*ev, *s));
   // Poll like an engine would: query until complete (bounded).
   caf::expected<bool> q{false};
@@ -148,7 +161,7 @@ inline void events_complete_after_work(const factory& make) {
     q = dev->query(*ev);
   REQUIRE(q);
   CHECK(*q);
-  CHECK(back == src);
+  CHECK(trip.back == trip.src);
   // Re-recording on an idle stream completes too; stream sync works.
   REQUIRE(!dev->record(*ev, *s));
   REQUIRE(!dev->synchronize(*s));
@@ -240,18 +253,7 @@ inline void notify_runs_after_work(const factory& make) {
   REQUIRE(s);
   auto ev = dev->make_event();
   REQUIRE(ev);
-  constexpr size_t bytes = 64ull << 20;
-  auto src = pattern(bytes, 21);
-  pinnable back(bytes);
-  auto src_pin = dev->pin(src.data(), bytes);
-  auto back_pin = dev->pin(back.data(), bytes);
-  REQUIRE(src_pin);
-  REQUIRE(back_pin);
-  auto buf = dev->allocate(bytes);
-  REQUIRE(buf);
-  std::vector<copy_chunk> whole{{0, 0, bytes}};
-  REQUIRE(!dev->copy_h2d(*src_pin, *buf, whole, *s));
-  REQUIRE(!dev->copy_d2h(*buf, *back_pin, whole, *s));
+  round_trip trip{*dev, 64ull << 20, 21, *s};
   REQUIRE(!dev->record(*ev, *s));
   std::mutex mtx;
   std::condition_variable cv;
@@ -263,7 +265,7 @@ inline void notify_runs_after_work(const factory& make) {
     std::lock_guard<std::mutex> guard{mtx};
     ++calls;
     ran_on = std::this_thread::get_id();
-    saw_bytes = back == src;
+    saw_bytes = trip.back == trip.src;
     cv.notify_all();
   }));
   {

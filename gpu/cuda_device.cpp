@@ -30,7 +30,9 @@
 // - dma-buf export is offered only where RDMA writes into device memory can
 //   also be made visible to later kernels: the device orders them itself
 //   (cudaDevAttrGPUDirectRDMAWritesOrdering >= owner) or supports
-//   cudaDeviceFlushGPUDirectRDMAWrites.
+//   cudaDeviceFlushGPUDirectRDMAWrites, and where a real export of a small
+//   allocation succeeded (probed once per process and device: a VM or a
+//   kernel without dma-buf refuses what the attribute claims).
 // - The single-range checksum needs an 8-byte device accumulator and an
 //   8-byte pinned host landing slot, and the segment checksums a device
 //   array of results; each stream owns its own (a stream is used by one
@@ -523,35 +525,73 @@ private:
   }
 
   /// Whether dma-buf export works and RDMA writes can be ordered before
-  /// kernels; sets flush_remote_writes_.
+  /// kernels, once per process and device; sets flush_remote_writes_.
   caf::error probe_rdma() {
+    struct outcome {
+      caf::error err;
+      bool flush = false;
+    };
+    static std::mutex mtx;
+    static std::map<int, outcome> results;
+    std::lock_guard<std::mutex> guard{mtx};
+    auto i = results.find(ordinal_);
+    if (i == results.end()) {
+      outcome o;
+      auto flush = run_rdma_probe(ordinal_);
+      if (flush)
+        o.flush = *flush;
+      else
+        o.err = std::move(flush.error());
+      i = results.emplace(ordinal_, std::move(o)).first;
+    }
+    flush_remote_writes_ = i->second.flush;
+    return i->second.err;
+  }
+
+  /// The attributes say whether the driver claims dma-buf export and how
+  /// RDMA writes are ordered; a real export of a 2 MiB allocation says
+  /// whether the claim holds on this machine (a VM or a kernel without
+  /// dma-buf can refuse it). Returns whether RDMA writes need a flush.
+  static caf::expected<bool> run_rdma_probe(int ordinal) {
     auto driver = cuda_driver::library::load();
     if (!driver)
       return std::move(driver.error());
-    if (auto err = (*driver)->dmabuf_supported(ordinal_))
+    if (auto err = (*driver)->dmabuf_supported(ordinal))
       return err;
     int ordering = 0;
     if (auto err = cuda_call(
             "cudaDeviceGetAttribute",
             cudaDeviceGetAttribute(
-                &ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, ordinal_)))
+                &ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, ordinal)))
       return err;
-    if (ordering >= cudaGPUDirectRDMAWritesOrderingOwner) {
-      flush_remote_writes_ = false;
-      return caf::none;
+    const bool flush_needed = ordering < cudaGPUDirectRDMAWritesOrderingOwner;
+    if (flush_needed) {
+      int flush = 0;
+      if (auto err = cuda_call(
+              "cudaDeviceGetAttribute",
+              cudaDeviceGetAttribute(
+                  &flush, cudaDevAttrGPUDirectRDMAFlushWritesOptions, ordinal)))
+        return err;
+      if ((flush & cudaFlushGPUDirectRDMAWritesOptionHost) == 0)
+        return caf::make_error(gpu_errc::unsupported,
+                               "the device neither orders GPUDirect RDMA "
+                               "writes nor supports "
+                               "cudaDeviceFlushGPUDirectRDMAWrites");
     }
-    int flush = 0;
-    if (auto err = cuda_call(
-            "cudaDeviceGetAttribute",
-            cudaDeviceGetAttribute(
-                &flush, cudaDevAttrGPUDirectRDMAFlushWritesOptions, ordinal_)))
+    if (auto err = cuda_call("cudaSetDevice", cudaSetDevice(ordinal)))
       return err;
-    if ((flush & cudaFlushGPUDirectRDMAWritesOptionHost) == 0)
-      return caf::make_error(gpu_errc::unsupported,
-                             "the device neither orders GPUDirect RDMA writes "
-                             "nor supports cudaDeviceFlushGPUDirectRDMAWrites");
-    flush_remote_writes_ = true;
-    return caf::none;
+    constexpr size_t probe_bytes = size_t{2} << 20;
+    void* mem = nullptr;
+    if (auto err = cuda_call("cudaMalloc", cudaMalloc(&mem, probe_bytes)))
+      return err;
+    auto fd = (*driver)->export_dmabuf(mem, probe_bytes);
+    if (fd) {
+      dmabuf close_now{*fd, static_cast<std::byte*>(mem), probe_bytes};
+    } // the fd is closed before the memory goes
+    release_call("cudaFree", cudaFree(mem));
+    if (!fd)
+      return std::move(fd.error());
+    return flush_needed;
   }
 
   /// Tries one real 8-byte batch copy host -> device -> host, once per

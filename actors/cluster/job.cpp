@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -300,6 +301,33 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   if (!spec0)
     return spec0.error();
   result.bounds = trace_bounds(*trace, *spec0);
+  // Each distinct operator line once per job (from any thread: engines
+  // report host staging when they start).
+  auto notices =
+      std::make_shared<std::pair<std::mutex, std::set<std::string>>>();
+  auto notice = [notices, &result,
+                 sink = opts.notice](const std::string& line) {
+    // Under the lock: lines arrive from several threads and go to one
+    // stream.
+    std::lock_guard<std::mutex> guard{notices->first};
+    if (!notices->second.insert(line).second)
+      return;
+    result.notices.push_back(line);
+    if (sink)
+      sink(line);
+  };
+  // The GPUs, decided before the store is populated: a `gpu.backend = cuda`
+  // without a device fails at once. A simulation moves no byte: host
+  // memory, counted only.
+  if (opts.simulate) {
+    result.gpus.reason = "dualpath sim: HBM is counted, not allocated";
+  } else {
+    auto plan = plan_gpus(cfg);
+    if (!plan)
+      return plan.error();
+    result.gpus = *plan;
+    notice(plan->reason);
+  }
   result.byte_scale = spec0->byte_scale;
   result.time_scale = spec0->time_scale;
   scratch_dir dir;
@@ -414,6 +442,9 @@ caf::expected<job_result> run_job(const config::settings& cfg,
       return spec.error();
     if (opts.simulate)
       spec->plane = data_plane::modeled;
+    else
+      spec->gpus = result.gpus;
+    spec->notice = notice;
     auto store = open_store(variant.name);
     if (!store)
       return store.error();

@@ -24,6 +24,7 @@
 
 #include <caf/expected.hpp>
 
+#include "actors/cluster/cluster.hpp"
 #include "actors/cluster/report.hpp"
 #include "actors/engines/engine_context.hpp"
 #include "config/settings.hpp"
@@ -64,6 +65,11 @@ struct job_options {
   std::chrono::seconds wall_limit{600};
   /// (mode, requests done, requests total), from an actor thread.
   std::function<void(const std::string&, uint64_t, uint64_t)> progress;
+  /// Lines for the operator, each distinct one passed once per job, from
+  /// any thread: the GPU plan (backend and why), the rank -> device map,
+  /// GPU memory staged through host memory for RDMA. Null: collected in
+  /// job_result::notices only.
+  std::function<void(const std::string&)> notice;
   /// Period (wall) of the storage-NIC utilisation samples for timelines.
   std::chrono::milliseconds sample_period{100};
   /// Simulation (`dualpath sim`): the actor system runs in simulated time
@@ -122,6 +128,10 @@ struct sim_mode_stats {
 
 struct job_result {
   std::vector<mode_report> modes;
+  /// Where the engines' KV lived (`dualpath sim`: host, counted only).
+  gpu_plan gpus;
+  /// Every distinct job_options::notice line, in order.
+  std::vector<std::string> notices;
   std::vector<sim_mode_stats> sim; ///< Per mode, simulations only.
   std::vector<mode_timeline> timelines;
   std::vector<verify_failure> failures;

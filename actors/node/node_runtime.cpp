@@ -2,7 +2,10 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <ostream>
+#include <set>
 #include <thread>
 
 #include <caf/all.hpp>
@@ -337,6 +340,20 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
   auto spec = deployment_spec(cfg, cf);
   if (!spec)
     return spec.error();
+  // The node's GPUs (gpu.backend, gpu.device, its gpus list), before
+  // anything else starts; the choice and each engine's device are logged,
+  // every distinct line once.
+  auto gpus = cluster::plan_gpus(cfg);
+  if (!gpus)
+    return gpus.error();
+  spec->gpus = *gpus;
+  auto seen = std::make_shared<std::pair<std::mutex, std::set<std::string>>>();
+  spec->notice = [seen, &log, name = me.name](const std::string& line) {
+    std::lock_guard<std::mutex> guard{seen->first};
+    if (seen->second.insert(line).second)
+      log << "dualpath node " << name << ": " << line << std::endl;
+  };
+  spec->notice(gpus->reason);
   auto store = open_store(cfg, *spec, cf.storage_of(me.name));
   if (!store)
     return store.error();
@@ -396,7 +413,7 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
     auto group = static_cast<uint32_t>(
         std::find(names.begin(), names.end(), me.name) - names.begin());
     auto engines = cluster::spawn_node_engines(sys, *spec, built->node, group,
-                                               time, scheduler);
+                                               time, scheduler, me.gpus);
     caf::scoped_actor self{sys};
     caf::actor agent;
     if (!engines) {

@@ -94,6 +94,13 @@ std::vector<family_spec> standard_families() {
        k::counter,
        "Bulk transports that fell back to TCP because RDMA was unavailable.",
        {}},
+      {"dualpath_gpu_staged_bytes_total",
+       k::counter,
+       "Bytes pushed for a prefill engine's GPU memory that were staged "
+       "through host memory and copied in, because its GPU memory is not "
+       "registered for RDMA (no dma-buf export, or a bulk transport that "
+       "registers host memory only).",
+       {}},
   };
 }
 

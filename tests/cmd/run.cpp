@@ -2,7 +2,8 @@
 // `dualpath run` as a real process on a small emulated cluster: every mode
 // completes with every block verified byte-exact; Oracle reads nothing;
 // Basic reads nothing on the decode side; DualPath reads on both sides; the
-// JSON has the documented keys; bad input exits 2 naming what was wrong.
+// JSON has the documented keys; bad input exits 2 naming what was wrong;
+// gpu.backend decides where the KV lives and says so.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -202,4 +203,60 @@ TEST_CASE("bad input exits 2 naming what was wrong") {
   CHECK(bad_trace.status == 2);
   CHECK(bad_trace.err.find("line 1") != std::string::npos);
   CHECK(bad_trace.err.find("append") != std::string::npos);
+}
+
+TEST_CASE("gpu.backend: auto says where the KV lives once; cuda needs a GPU") {
+  temp_dir dir;
+  // auto: the choice is stated once on stderr and in the JSON; without a
+  // CUDA device host memory stands in for HBM.
+  auto res =
+      run_process(small_run(dir, {"--json", "--mode", "dualpath", "--turns",
+                                  "1", "--set", "gpu.backend=auto"}));
+  REQUIRE_MESSAGE(res.status == 0, res.err);
+  auto doc = json::parse(res.out);
+  REQUIRE(doc.contains("gpu"));
+  auto backend = doc["gpu"]["backend"].get<std::string>();
+  auto reason = doc["gpu"]["reason"].get<std::string>();
+  MESSAGE(reason);
+  CHECK(reason.rfind("gpu.backend=auto: ", 0) == 0);
+  auto line = "dualpath run: " + reason;
+  auto first = res.err.find(line);
+  REQUIRE(first != std::string::npos);
+  CHECK(res.err.find(line, first + 1) == std::string::npos); // once
+  auto& m = doc["modes"]["dualpath"];
+  CHECK(m["verify_failures"].get<int>() == 0);
+  CHECK(m["blocks_verified"].get<int>() > 0);
+  // cuda: with a device the same run verifies every block in GPU memory;
+  // without one it is bad input naming the key and the missing device.
+  auto forced =
+      run_process(small_run(dir, {"--json", "--mode", "dualpath", "--turns",
+                                  "1", "--set", "gpu.backend=cuda"}));
+  if (backend == "cuda") {
+    REQUIRE_MESSAGE(forced.status == 0, forced.err);
+    auto fdoc = json::parse(forced.out);
+    CHECK(fdoc["gpu"]["backend"].get<std::string>() == "cuda");
+    CHECK(fdoc["modes"]["dualpath"]["verify_failures"].get<int>() == 0);
+    CHECK(fdoc["modes"]["dualpath"]["blocks_verified"].get<int>() > 0);
+    CHECK(forced.err.find("engine rank -> CUDA device") != std::string::npos);
+  } else {
+    CHECK(backend == "host");
+    CHECK(reason.find("host memory stands in for HBM, because")
+          != std::string::npos);
+    CHECK(forced.status == 2);
+    CHECK(forced.err.find("gpu.backend = cuda") != std::string::npos);
+    CHECK(forced.err.find("no CUDA device") != std::string::npos);
+    CHECK(forced.out.empty());
+  }
+  // host: as configured, whatever the machine has.
+  auto host = run_process(
+      small_run(dir, {"--json", "--mode", "dualpath", "--turns", "1", "--set",
+                      "gpu.backend=host", "--set", "gpu.device=5"}));
+  REQUIRE_MESSAGE(host.status == 0, host.err);
+  auto hdoc = json::parse(host.out);
+  CHECK(hdoc["gpu"]["backend"].get<std::string>() == "host");
+  CHECK(hdoc["gpu"]["reason"].get<std::string>().find("as configured")
+        != std::string::npos);
+  auto bad = run_process(small_run(dir, {"--set", "gpu.backend=tpu"}));
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("gpu.backend") != std::string::npos);
 }

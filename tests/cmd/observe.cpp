@@ -315,7 +315,8 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   REQUIRE_MESSAGE(!first.empty(), "no endpoint; stderr: " << run.err());
-  CHECK(raw_status(port, "GARBAGE\r\n\r\n") == 400);
+  CHECK(raw_status(port, "GET metrics HTTP/1.1\r\nHost: x\r\n\r\n") == 400);
+  CHECK(raw_status(port, "GARBAGE\r\n\r\n") == -1); // not HTTP: closed
   CHECK(raw_status(port, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n") == 404);
   CHECK(raw_status(port, "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n") == 405);
   CHECK(raw_status(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n"

@@ -64,6 +64,14 @@ TEST_CASE("bad configuration exits 2 with one message, on every command") {
       {{"--set", "model.layers=0"}, "'model.layers' = 0"},
       {{"--config", bad_file}, "'storage.block_tokens' = 0"},
       {{"--config", dir.file("missing.toml")}, "does not exist"},
+      {{"--config", dir.path()}, "is a directory, not a file"},
+      // Opens, then every read fails (EIO), for root too.
+      {{"--config", "/proc/self/mem"}, "cannot be read: read: "},
+      {{"--config", "/dev/zero"}, "is not a regular file"},
+      {{"--set", "storage.block_tokens=2147483648"},
+       "'storage.block_tokens' = 2147483648"},
+      {{"--set", "storage.block_tokens=2147483647"},
+       "'storage.block_tokens' = 2147483647 (--set) asks for one KV block"},
       {{"--model", "ds-999"}, "unknown model profile 'ds-999'"},
       {{"--set", "storage.backend=spdk"}, "one of auto, io_uring, pread"},
   };

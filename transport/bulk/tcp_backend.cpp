@@ -1011,14 +1011,11 @@ void rx_loop::check_timeouts() {
 }
 
 bool rx_loop::handle_auth(in_conn& c) {
-  wire::hello h;
-  std::memcpy(&h, c.buf.data(), sizeof(h));
+  auto parsed = wire::parse_hello(c.buf.data(), c.buf.size(),
+                                  owner_->opts().secret, c.nonce);
   wire::welcome w{};
   w.magic = wire::auth_magic;
-  bool ok = h.magic == wire::auth_magic && h.version == wire::version
-            && h.tclass < traffic_class_count
-            && wire::client_mac_ok(owner_->opts().secret, c.nonce, h);
-  if (!ok) {
+  if (!parsed) {
     owner_->count(&counters::rejected_unauthenticated);
     w.status = static_cast<uint8_t>(transport_errc::unauthenticated);
     auto rc = ::send(c.fd.get(), &w, sizeof(w), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -1026,8 +1023,8 @@ bool rx_loop::handle_auth(in_conn& c) {
     drop(c);
     return false;
   }
+  auto& h = *parsed;
   wire::server_mac(owner_->opts().secret, h.nonce, w);
-  h.node[sizeof(h.node) - 1] = 0;
   c.peer = h.node;
   c.tclass = static_cast<traffic_class>(h.tclass);
   c.st = in_state::header;
@@ -1049,16 +1046,16 @@ bool rx_loop::handle_auth(in_conn& c) {
 }
 
 bool rx_loop::handle_header(in_conn& c) {
-  std::memcpy(&c.hdr, c.buf.data(), sizeof(c.hdr));
-  auto& h = c.hdr;
-  if (h.magic != wire::frame_magic || h.version != wire::version
-      || (h.flags & ~wire::flag_immediate) != 0
-      || h.length > (owner_->opts().max_frame_mib << 20)) {
+  auto parsed = wire::parse_frame_header(c.buf.data(), c.buf.size(),
+                                         owner_->opts().max_frame_mib << 20);
+  if (!parsed) {
     // The stream can no longer be trusted to be framed: drop it.
     owner_->count(&counters::rejected_bad_frame);
     drop(c);
     return false;
   }
+  c.hdr = *parsed;
+  auto& h = c.hdr;
   c.done = 0;
   c.verdict =
       owner_->regions().acquire(h.region_id, h.key, h.offset, h.length, c.pin);

@@ -14,8 +14,13 @@ function(dualpath_target_defaults target)
   elseif(DUALPATH_SANITIZE STREQUAL "thread")
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread>)
     target_link_options(${target} PRIVATE -fsanitize=thread)
+  elseif(DUALPATH_SANITIZE STREQUAL "fuzz")
+    # Coverage for libFuzzer (fuzz/ links the fuzzer's main) plus ASan+UBSan.
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all>)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   elseif(NOT DUALPATH_SANITIZE STREQUAL "")
-    message(FATAL_ERROR "DUALPATH_SANITIZE must be '', 'address' or 'thread', not '${DUALPATH_SANITIZE}'")
+    message(FATAL_ERROR "DUALPATH_SANITIZE must be '', 'address', 'thread' or 'fuzz', not '${DUALPATH_SANITIZE}'")
   endif()
 endfunction()
 

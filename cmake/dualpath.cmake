@@ -71,8 +71,27 @@ function(dualpath_suite file)
   if(NOT TARGET ${module})
     message(FATAL_ERROR "${rel}: tests/${dir} mirrors no module (no target ${module})")
   endif()
+  # A suite that exercises its module together with others (an engine with a
+  # storage reader, say) names them on a line `// ctest-links: <module> ...`
+  # (module names without the dualpath_ prefix, e.g. actors_storage, or
+  # imported libraries such as CAF::io).
+  file(STRINGS "${file}" links_line REGEX "^// ctest-links: ")
+  set(extra "")
+  if(links_line)
+    string(REGEX REPLACE "^// ctest-links: " "" links "${links_line}")
+    separate_arguments(links)
+    foreach(l IN LISTS links)
+      if(l MATCHES "::" AND TARGET ${l})
+        list(APPEND extra ${l}) # an imported library, e.g. CAF::io
+      elseif(TARGET dualpath_${l})
+        list(APPEND extra dualpath_${l})
+      else()
+        message(FATAL_ERROR "${rel}: ctest-links names '${l}', which is no module or library")
+      endif()
+    endforeach()
+  endif()
   add_executable(${exe} "${file}")
-  target_link_libraries(${exe} PRIVATE dualpath_test_support ${module} ${S_LIBS})
+  target_link_libraries(${exe} PRIVATE dualpath_test_support ${module} ${extra} ${S_LIBS})
   dualpath_target_defaults(${exe})
   set_target_properties(${exe} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
   add_test(NAME ${test_name} COMMAND ${exe})

@@ -7,7 +7,7 @@
 #include <caf/atom.hpp>
 #include <caf/sec.hpp>
 
-#include "actors/register.hpp"
+#include "actors/protocol/register.hpp"
 
 namespace dualpath::cmd {
 

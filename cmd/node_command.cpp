@@ -8,7 +8,7 @@
 
 #include "actors/node/cluster_file.hpp"
 #include "actors/node/node_runtime.hpp"
-#include "actors/register.hpp"
+#include "actors/protocol/register.hpp"
 #include "cmd/command.hpp"
 
 namespace dualpath::cmd {

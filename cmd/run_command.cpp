@@ -13,7 +13,7 @@
 #include "actors/cluster/job.hpp"
 #include "actors/node/cluster_file.hpp"
 #include "actors/node/node_runtime.hpp"
-#include "actors/register.hpp"
+#include "actors/protocol/register.hpp"
 #include "cmd/command.hpp"
 #include "cmd/job_report.hpp"
 

@@ -13,7 +13,7 @@
 #include <sstream>
 
 #include "actors/cluster/job.hpp"
-#include "actors/register.hpp"
+#include "actors/protocol/register.hpp"
 #include "cmd/command.hpp"
 #include "cmd/job_report.hpp"
 

@@ -4,12 +4,12 @@
 
 #include <caf/all.hpp>
 
-#include "actors/decode_engine.hpp"
-#include "actors/extensions/prefetching_reader.hpp"
-#include "actors/prefill_engine.hpp"
-#include "actors/scheduler.hpp"
+#include "actors/engines/decode_engine.hpp"
+#include "actors/engines/prefill_engine.hpp"
+#include "actors/placement/global_scheduler.hpp"
 #include "actors/sim/driver.hpp"
-#include "actors/storage_reader.hpp"
+#include "actors/storage/prefetching_reader.hpp"
+#include "actors/storage/storage_reader.hpp"
 #include "gpu/device.hpp"
 #include "scheduler/thresholds.hpp"
 #include "transport/bulk/backend.hpp"

@@ -25,10 +25,10 @@
 #include <caf/expected.hpp>
 
 #include "actors/cluster/report.hpp"
-#include "actors/engine_context.hpp"
+#include "actors/engines/engine_context.hpp"
 #include "actors/observe/hooks.hpp"
-#include "actors/scheduler.hpp"
-#include "actors/scheduler_actor.hpp"
+#include "actors/placement/global_scheduler.hpp"
+#include "actors/protocol/scheduler_actor.hpp"
 #include "config/settings.hpp"
 #include "gpu/compute_model.hpp"
 #include "scheduler/policy.hpp"

@@ -10,9 +10,9 @@
 #include <caf/io/all.hpp>
 
 #include "actors/cluster/cluster.hpp"
+#include "actors/cluster/observe_session.hpp"
 #include "actors/cluster/replay.hpp"
-#include "actors/observe/session.hpp"
-#include "actors/register.hpp"
+#include "actors/protocol/register.hpp"
 #include "actors/sim/driver.hpp"
 #include "scheduler/workload/generator.hpp"
 #include "scheduler/workload/trace_file.hpp"
@@ -381,10 +381,10 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     }
   } settle_guard{sys};
   // Observation: the observer hub, the metrics endpoint, the timeline.
-  auto observe_opts = observe::session_options_from(cfg);
+  auto observe_opts = observe_options_from(cfg);
   if (opts.simulate)
     observe_opts.snapshot_period = std::chrono::milliseconds{0};
-  auto observation = observe::session::make(sys, observe_opts);
+  auto observation = observe_session::make(sys, observe_opts);
   if (!observation)
     return observation.error();
   uint64_t id_base = 1;

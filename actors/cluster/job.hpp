@@ -23,7 +23,7 @@
 #include <caf/expected.hpp>
 
 #include "actors/cluster/report.hpp"
-#include "actors/engine_context.hpp"
+#include "actors/engines/engine_context.hpp"
 #include "config/settings.hpp"
 #include "scheduler/workload/trajectory.hpp"
 

@@ -16,9 +16,9 @@
 #include <caf/actor_system.hpp>
 #include <caf/expected.hpp>
 
-#include "actors/emulation.hpp"
-#include "actors/messages.hpp"
-#include "actors/scheduler_actor.hpp"
+#include "actors/engines/emulation.hpp"
+#include "actors/protocol/messages.hpp"
+#include "actors/protocol/scheduler_actor.hpp"
 #include "scheduler/workload/trajectory.hpp"
 
 namespace dualpath::actors::cluster {

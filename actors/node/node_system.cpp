@@ -15,7 +15,7 @@
 #include <caf/io/all.hpp>
 #include <caf/openssl/all.hpp>
 
-#include "actors/register.hpp"
+#include "actors/protocol/register.hpp"
 
 // CAF 0.17's openssl sessions call SSL_get_error() without clearing the
 // thread's OpenSSL error queue first. All sessions of a node share the

@@ -5,7 +5,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/type_ids.hpp"
+#include "actors/protocol/type_ids.hpp"
 #include "transport/storage/block_format.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/kv_content.hpp"

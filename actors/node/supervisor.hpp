@@ -24,9 +24,9 @@
 
 #include <caf/actor_system.hpp>
 
-#include "actors/messages.hpp"
-#include "actors/node_supervisor_actor.hpp"
-#include "actors/scheduler_actor.hpp"
+#include "actors/protocol/messages.hpp"
+#include "actors/protocol/node_supervisor_actor.hpp"
+#include "actors/protocol/scheduler_actor.hpp"
 
 namespace dualpath::transport::storage {
 class block_store;

@@ -30,7 +30,7 @@
 #include <caf/atom.hpp>
 #include <caf/typed_actor.hpp>
 
-#include "actors/observer_actor.hpp"
+#include "actors/protocol/observer_actor.hpp"
 
 namespace dualpath::actors::observe {
 

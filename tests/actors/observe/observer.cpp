@@ -1,4 +1,5 @@
 // ctest-label: observability
+// ctest-links: actors_storage actors_placement
 // The observer hub: an observer found through the actor registry receives
 // periodic state snapshots per node (from the metrics registry) and every
 // event; an actor's own snapshot becomes metrics; a terminated subscriber is
@@ -7,11 +8,11 @@
 
 #include <caf/all.hpp>
 
-#include "actors/extensions/prefetching_reader.hpp"
 #include "actors/observe/metrics.hpp"
 #include "actors/observe/observer.hpp"
-#include "actors/register.hpp"
-#include "actors/scheduler.hpp"
+#include "actors/placement/global_scheduler.hpp"
+#include "actors/protocol/register.hpp"
+#include "actors/storage/prefetching_reader.hpp"
 
 using namespace dualpath;
 using namespace dualpath::actors;

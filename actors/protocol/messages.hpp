@@ -1,0 +1,583 @@
+// The message vocabulary shared by dualpath's actors. Every message is a plain
+// struct with inspect() beside it, so deep_to_string shows every field and the
+// binary serializer carries it between nodes. Messages carry descriptors of
+// bytes (remote_region), never the KV bytes themselves: bulk bytes travel over
+// the bulk transport.
+//
+// Field units: times are nanoseconds of the actor clock (emulated time when a
+// time scale is configured), sizes are bytes, token counts are tokens.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "actors/protocol/token_list.hpp"
+#include "transport/types.hpp"
+
+namespace dualpath::actors {
+
+using transport::block_hash;
+using transport::remote_region;
+
+// -- identities ---------------------------------------------------------------
+
+/// Role of an engine.
+enum class engine_role : uint8_t {
+  prefill = 0,
+  decode = 1,
+};
+
+std::string to_string(engine_role x);
+
+/// Names one engine in the cluster: the node it runs on, its role and its rank
+/// inside the node's engine group (rank 0 is the group leader).
+struct engine_id {
+  std::string node;
+  engine_role role = engine_role::prefill;
+  uint32_t rank = 0;
+
+  friend bool operator==(const engine_id& x, const engine_id& y) {
+    return x.node == y.node && x.role == y.role && x.rank == y.rank;
+  }
+  friend bool operator!=(const engine_id& x, const engine_id& y) {
+    return !(x == y);
+  }
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_id& x) {
+  return f(caf::meta::type_name("engine_id"), x.node, x.role, x.rank);
+}
+
+// -- requests -----------------------------------------------------------------
+
+/// One turn of one agent: the prompt's token ids (all earlier appends and
+/// generations plus the new append) and how many tokens to generate.
+struct request_spec {
+  uint64_t id = 0;         ///< Unique per run.
+  uint64_t agent = 0;      ///< Trajectory (agent) id.
+  uint32_t turn = 0;       ///< Turn index inside the trajectory.
+  token_list tokens;       ///< Prompt token ids (shared buffer).
+  uint32_t gen_tokens = 0; ///< Tokens to generate in decode.
+  /// The token ids the emulated model generates (gen_tokens of them, from
+  /// the trace), so the decode engine can persist their KV blocks.
+  std::vector<uint32_t> output_tokens;
+  int64_t arrival_ns = 0; ///< When the request became ready (emulated).
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
+  return f(caf::meta::type_name("request_spec"), x.id, x.agent, x.turn,
+           x.tokens, x.gen_tokens, x.output_tokens, x.arrival_ns);
+}
+
+/// Which side reads a request's hit blocks from storage. A split plan reads
+/// blocks [0, pe_side_blocks) on the prefill side and the rest on the decode
+/// side.
+struct read_plan {
+  uint32_t hit_blocks = 0;     ///< Leading Full Blocks found in storage.
+  uint32_t pe_side_blocks = 0; ///< How many of them the prefill node reads.
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, read_plan& x) {
+  return f(caf::meta::type_name("read_plan"), x.hit_blocks, x.pe_side_blocks);
+}
+
+/// The scheduler's decision for one request.
+struct assignment {
+  request_spec request;
+  engine_id prefill;
+  engine_id decode;
+  read_plan plan;
+  caf::actor prefill_actor; ///< Handle of `prefill`.
+  caf::actor decode_actor;  ///< Handle of `decode`.
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, assignment& x) {
+  return f(caf::meta::type_name("assignment"), x.request, x.prefill, x.decode,
+           x.plan, x.prefill_actor, x.decode_actor);
+}
+
+/// The reply to a group leader's fetch: zero or more assignments.
+struct work_batch {
+  std::vector<assignment> items;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, work_batch& x) {
+  return f(caf::meta::type_name("work_batch"), x.items);
+}
+
+/// Per-request outcome, reported by the decode engine when the request ends.
+struct request_result {
+  uint64_t id = 0;
+  engine_id prefill;
+  engine_id decode;
+  int64_t ttft_ns = 0;        ///< Arrival to first token.
+  int64_t ttst_ns = 0;        ///< Arrival to second token.
+  int64_t tpot_ns = 0;        ///< Mean time per output token after the first.
+  int64_t done_ns = 0;        ///< Completion time.
+  uint64_t bytes_read_pe = 0; ///< Storage bytes read on the prefill side.
+  uint64_t bytes_read_de = 0; ///< Storage bytes read on the decode side.
+  uint64_t bytes_compute_net = 0; ///< Bytes over the compute network.
+  uint32_t blocks_verified = 0;   ///< Blocks checked byte-exact.
+  uint32_t verify_failures = 0;   ///< Blocks whose bytes did not match.
+  uint32_t recomputed_blocks = 0; ///< Hit blocks turned into misses by errors.
+  uint32_t reroutes = 0;          ///< Times the request was re-queued.
+  /// Compute-network bytes (nominal) by direction: prefill -> decode (layer
+  /// KV after each layer) and decode -> prefill (DE-side hit Layer Blocks).
+  uint64_t bytes_pe_to_de = 0;
+  uint64_t bytes_de_to_pe = 0;
+  uint32_t blocks_persisted = 0; ///< Full Blocks persisted after decode.
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_result& x) {
+  return f(caf::meta::type_name("request_result"), x.id, x.prefill, x.decode,
+           x.ttft_ns, x.ttst_ns, x.tpot_ns, x.done_ns, x.bytes_read_pe,
+           x.bytes_read_de, x.bytes_compute_net, x.blocks_verified,
+           x.verify_failures, x.recomputed_blocks, x.reroutes, x.bytes_pe_to_de,
+           x.bytes_de_to_pe, x.blocks_persisted);
+}
+
+// -- load reports -------------------------------------------------------------
+
+/// What an engine reports to the scheduler: seq_e (unfinished requests),
+/// tok_e (their total tokens), its node's storage read queue and free HBM.
+struct engine_load {
+  engine_id engine;
+  uint32_t seq = 0;
+  uint64_t tok = 0;
+  uint64_t read_q_tokens = 0;
+  uint64_t read_q_bytes = 0;
+  uint64_t free_hbm_bytes = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_load& x) {
+  return f(caf::meta::type_name("engine_load"), x.engine, x.seq, x.tok,
+           x.read_q_tokens, x.read_q_bytes, x.free_hbm_bytes);
+}
+
+/// A group leader's report: the loads of every engine of its group.
+struct group_report {
+  uint32_t group = 0;
+  engine_role role = engine_role::prefill;
+  std::vector<engine_load> engines;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, group_report& x) {
+  return f(caf::meta::type_name("group_report"), x.group, x.role, x.engines);
+}
+
+/// An engine joining the scheduler: who it is, its group and its handle.
+struct engine_registration {
+  engine_id engine;
+  uint32_t group = 0;
+  caf::actor handle;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, engine_registration& x) {
+  return f(caf::meta::type_name("engine_registration"), x.engine, x.group,
+           x.handle);
+}
+
+// -- storage ------------------------------------------------------------------
+
+/// Read the Full Blocks `blocks` (consecutive, from the prompt's start at
+/// `first_block`) into the reader's DRAM buffer pool.
+struct read_request {
+  uint64_t request_id = 0;
+  std::vector<block_hash> blocks;
+  uint32_t first_block = 0;
+  uint32_t tokens = 0; ///< Tokens the read covers (for read_q accounting).
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, read_request& x) {
+  return f(caf::meta::type_name("read_request"), x.request_id, x.blocks,
+           x.first_block, x.tokens);
+}
+
+/// A Full Block resident in a reader's buffer pool, until released. On a
+/// modeled data plane one lease may stand for a run of `blocks` consecutive
+/// blocks of the prompt (no bytes, an empty region; storage_reader_config::
+/// lease_runs): every consumer counts a lease as `blocks` blocks from
+/// `block_index`, and one release frees them all.
+struct buffer_lease {
+  uint64_t lease_id = 0;
+  block_hash hash = 0;      ///< The (first) block's hash.
+  uint32_t block_index = 0; ///< Position of the (first) block in the prompt.
+  remote_region region;     ///< Where the Full Block's bytes are.
+  uint32_t blocks = 1;      ///< Consecutive blocks covered (modeled runs).
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, buffer_lease& x) {
+  return f(caf::meta::type_name("buffer_lease"), x.lease_id, x.hash,
+           x.block_index, x.region, x.blocks);
+}
+
+/// Completion of a read_request: the blocks now in DRAM, and the blocks that
+/// failed (missing, corrupt, I/O error): those become misses to recompute.
+struct read_completion {
+  uint64_t request_id = 0;
+  std::vector<buffer_lease> leases;
+  std::vector<block_hash> failed;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, read_completion& x) {
+  return f(caf::meta::type_name("read_completion"), x.request_id, x.leases,
+           x.failed);
+}
+
+/// A node's storage read queue, in tokens and bytes, and queued requests.
+struct read_queue_status {
+  uint64_t tokens = 0;
+  uint64_t bytes = 0;
+  uint32_t requests = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, read_queue_status& x) {
+  return f(caf::meta::type_name("read_queue_status"), x.tokens, x.bytes,
+           x.requests);
+}
+
+/// Persist one completed Full Block whose bytes are at `source` (a region of
+/// the requesting node) to storage.
+struct persist_request {
+  block_hash hash = 0;
+  block_hash parent = 0;
+  uint32_t tokens = 0;
+  remote_region source;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, persist_request& x) {
+  return f(caf::meta::type_name("persist_request"), x.hash, x.parent, x.tokens,
+           x.source);
+}
+
+/// Persist a chain of completed Full Blocks whose content is generated from
+/// their hashes (no source bytes: what a modeled data plane persists), in
+/// order: hashes[0]'s parent is `parent`, each later block's the one before.
+/// One message for a request's blocks instead of one per block. The reply is
+/// how many were written from the front (a failed write ends the batch: the
+/// blocks after it would chain on a block not in the store).
+struct persist_batch {
+  std::vector<block_hash> hashes;
+  block_hash parent = 0;
+  uint32_t tokens = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, persist_batch& x) {
+  return f(caf::meta::type_name("persist_batch"), x.hashes, x.parent, x.tokens);
+}
+
+// -- layer streaming
+// ------------------------------------------------------------
+
+/// Timings of one layer of one batch, in ns (0 = step absent on this path).
+struct layer_timing {
+  uint32_t layer = 0;
+  int64_t read_ns = 0;
+  int64_t transfer_ns = 0;
+  int64_t h2d_ns = 0;
+  int64_t compute_ns = 0;
+  int64_t send_ns = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, layer_timing& x) {
+  return f(caf::meta::type_name("layer_timing"), x.layer, x.read_ns,
+           x.transfer_ns, x.h2d_ns, x.compute_ns, x.send_ns);
+}
+
+/// Where one request's Layer Blocks come from and go to during layerwise
+/// prefill: hit blocks in buffer leases (local or a decode node's), and the
+/// decode engine's buffer that receives the layer KV after each layer.
+struct stream_item {
+  uint64_t request_id = 0;
+  /// PE-side hit blocks (leases of this node's reader), blocks
+  /// [0, pe_side_blocks).
+  std::vector<buffer_lease> hits;
+  uint32_t miss_tokens = 0;
+  remote_region destination;
+  /// Prompt tokens (hit + miss).
+  uint32_t tokens = 0;
+  /// Leading Full Blocks whose KV is loaded, not computed (after read errors).
+  uint32_t hit_blocks = 0;
+  /// How many of them come from this node (the rest: pushed by the decode
+  /// engine from its buffer, DE read path).
+  uint32_t pe_side_blocks = 0;
+  /// The decode engine receiving the KV (a decode_engine_actor).
+  caf::actor decode_actor;
+  /// Hash of every block of the prompt, a trailing partial block included
+  /// (see actors/kv_layout.hpp); the KV of miss tokens is computed from these.
+  /// Empty on a modeled data plane (no bytes to compute).
+  std::vector<block_hash> hashes;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stream_item& x) {
+  return f(caf::meta::type_name("stream_item"), x.request_id, x.hits,
+           x.miss_tokens, x.destination, x.tokens, x.hit_blocks,
+           x.pe_side_blocks, x.decode_actor, x.hashes);
+}
+
+/// A batch to stream layer by layer with at most `window` layers resident.
+struct stream_plan {
+  uint64_t batch_id = 0;
+  uint32_t layers = 0;
+  uint32_t window = 2;
+  std::vector<stream_item> items;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stream_plan& x) {
+  return f(caf::meta::type_name("stream_plan"), x.batch_id, x.layers, x.window,
+           x.items);
+}
+
+/// What the streamer measured for a batch.
+struct stream_report {
+  uint64_t batch_id = 0;
+  std::vector<layer_timing> layers;
+  uint64_t bytes_moved = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stream_report& x) {
+  return f(caf::meta::type_name("stream_report"), x.batch_id, x.layers,
+           x.bytes_moved);
+}
+
+// -- decode engine
+// --------------------------------------------------------------
+
+/// The decode engine's slot for one prompt's KV: the buffer region the prefill
+/// engine writes Layer Blocks into (layer-major, see transport/storage layout).
+struct decode_slot {
+  uint64_t request_id = 0;
+  remote_region kv_buffer;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, decode_slot& x) {
+  return f(caf::meta::type_name("decode_slot"), x.request_id, x.kv_buffer);
+}
+
+/// A prefill engine's notice that layer `layer` of a request is in the decode
+/// engine's buffer (`bytes` moved for it).
+struct layer_ready {
+  uint64_t request_id = 0;
+  uint32_t layer = 0;
+  uint64_t bytes = 0;
+  /// Emulated time (ns since start) at which the sender's links finished
+  /// moving the bytes (0 = no bytes moved).
+  int64_t done_ns = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, layer_ready& x) {
+  return f(caf::meta::type_name("layer_ready"), x.request_id, x.layer, x.bytes,
+           x.done_ns);
+}
+
+/// A prefill engine asks a decode engine to write `tokens` tokens of layer
+/// `layer` of a request's slot, from token `first_token` on (its DE-side hit
+/// blocks), into `destination` (the prefill engine's GPU staging region): one
+/// one-sided write over the bulk transport. Replied with a layer_ready once
+/// the write completed.
+struct layer_push {
+  uint64_t request_id = 0;
+  uint32_t layer = 0;
+  uint32_t first_token = 0;
+  uint32_t tokens = 0;
+  remote_region destination;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, layer_push& x) {
+  return f(caf::meta::type_name("layer_push"), x.request_id, x.layer,
+           x.first_token, x.tokens, x.destination);
+}
+
+/// A prefill engine's summary of a request it prefilled, sent to the decode
+/// engine before the last layer_ready: the hit blocks it actually used (read
+/// errors shrink them), how many planned hits were recomputed and the storage
+/// bytes (nominal) read on the prefill side.
+struct prefill_summary {
+  uint64_t request_id = 0;
+  uint32_t hit_blocks = 0;
+  uint32_t recomputed_blocks = 0;
+  uint64_t bytes_read_pe = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prefill_summary& x) {
+  return f(caf::meta::type_name("prefill_summary"), x.request_id, x.hit_blocks,
+           x.recomputed_blocks, x.bytes_read_pe);
+}
+
+/// Leases handed back to a storage reader at once (one message for all the
+/// blocks of a finished read; unknown or already released ids are ignored).
+struct lease_release {
+  std::vector<uint64_t> lease_ids;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, lease_release& x) {
+  return f(caf::meta::type_name("lease_release"), x.lease_ids);
+}
+
+// -- bulk transport endpoint
+// ----------------------------------------------------
+
+/// How to reach a node's bulk endpoint: the backend in use and its connection
+/// details (host:port for tcp; serialized queue-pair info for verbs).
+struct endpoint_info {
+  std::string node;
+  std::string backend;
+  std::string address;
+  std::vector<uint8_t> details;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, endpoint_info& x) {
+  return f(caf::meta::type_name("endpoint_info"), x.node, x.backend, x.address,
+           x.details);
+}
+
+/// One one-sided write of `destination.length` bytes from a local region
+/// (starting at `local_offset`) to `destination`.
+struct write_op {
+  uint32_t local_region = 0;
+  uint64_t local_offset = 0;
+  remote_region destination;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, write_op& x) {
+  return f(caf::meta::type_name("write_op"), x.local_region, x.local_offset,
+           x.destination);
+}
+
+/// A batch of writes posted together, with a traffic class, a deadline and a
+/// tag that the completion carries back.
+struct write_batch {
+  uint64_t tag = 0;
+  transport::traffic_class tclass = transport::traffic_class::kv;
+  int64_t deadline_ns = 0; ///< Relative to posting; 0 = the configured default.
+  std::vector<write_op> ops;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, write_batch& x) {
+  return f(caf::meta::type_name("write_batch"), x.tag, x.tclass, x.deadline_ns,
+           x.ops);
+}
+
+/// Completion of a write_batch: bytes written, or the error of the first
+/// failed operation (every operation of a failed batch is reported failed).
+struct batch_completion {
+  uint64_t tag = 0;
+  uint64_t bytes = 0;
+  uint32_t failed_ops = 0;
+  std::string error; ///< Empty on success.
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, batch_completion& x) {
+  return f(caf::meta::type_name("batch_completion"), x.tag, x.bytes,
+           x.failed_ops, x.error);
+}
+
+// -- nodes and observation
+// --------------------------------------------------------
+
+/// A node joining the cluster: its name, roles, bulk endpoint and actor handles
+/// (engines, storage readers) by name.
+struct node_info {
+  std::string name;
+  std::vector<engine_id> engines;
+  endpoint_info endpoint;
+  std::vector<std::string> actor_names;
+  std::vector<caf::actor> actors;
+  /// Digest of the settings the node's actors were built from; the
+  /// supervisor refuses a node whose digest differs from its own.
+  std::string settings_digest;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_info& x) {
+  return f(caf::meta::type_name("node_info"), x.name, x.engines, x.endpoint,
+           x.actor_names, x.actors, x.settings_digest);
+}
+
+/// The cluster as the supervisor sees it.
+struct cluster_view {
+  uint64_t epoch = 0; ///< Incremented on every join, leave and loss.
+  std::vector<node_info> nodes;
+  /// The cluster's emulated time origin (system clock, ns since the Unix
+  /// epoch): every node maps it onto its own actor clock.
+  int64_t origin_unix_ns = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cluster_view& x) {
+  return f(caf::meta::type_name("cluster_view"), x.epoch, x.nodes,
+           x.origin_unix_ns);
+}
+
+/// One named sample in a snapshot (unit in the name: `_bytes`, `_tokens`, ...).
+struct metric_sample {
+  std::string name;
+  double value = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, metric_sample& x) {
+  return f(caf::meta::type_name("metric_sample"), x.name, x.value);
+}
+
+/// A periodic state snapshot of one actor.
+struct state_snapshot {
+  std::string source;
+  int64_t at_ns = 0;
+  std::vector<metric_sample> samples;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, state_snapshot& x) {
+  return f(caf::meta::type_name("state_snapshot"), x.source, x.at_ns,
+           x.samples);
+}
+
+/// One event (reroute, error, failover, span begin/end, ...).
+struct event_record {
+  std::string source;
+  std::string kind;
+  uint64_t request_id = 0;
+  int64_t at_ns = 0;
+  std::string detail;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, event_record& x) {
+  return f(caf::meta::type_name("event_record"), x.source, x.kind, x.request_id,
+           x.at_ns, x.detail);
+}
+
+} // namespace dualpath::actors

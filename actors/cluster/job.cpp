@@ -90,7 +90,14 @@ struct run_config : caf::actor_system_config {
           caf::timespan{std::chrono::milliseconds(
               cfg.integer("caf.profiling_resolution_ms"))});
     }
+    // CAF's own options (its config file, --scheduler.* and the like) over
+    // the caf.* keys; load() has checked them.
+    caf_error = config::apply(*this, cfg.caf());
+    if (simulate) // the deterministic scheduler, whatever CAF was told
+      set("scheduler.policy", caf::atom("testing"));
   }
+
+  caf::error caf_error;
 };
 
 // Samples every node's storage-NIC bytes while a mode runs.
@@ -370,6 +377,8 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   // -- the modes
   // ----------------------------------------------------------------
   run_config sys_cfg{cfg, opts.simulate};
+  if (sys_cfg.caf_error)
+    return std::move(sys_cfg.caf_error);
   caf::actor_system sys{sys_cfg};
   // Simulated time: actors that are still stopping (e.g. linked helpers of
   // the engines) need this thread to run their last jobs before the system

@@ -68,6 +68,12 @@ TEST_CASE("bad configuration exits 2 with one message, on every command") {
       // Opens, then every read fails (EIO), for root too.
       {{"--config", "/proc/self/mem"}, "cannot be read: read: "},
       {{"--config", "/dev/zero"}, "is not a regular file"},
+      {{"--scheduler.max-threads=x"},
+       "CAF option 'scheduler.max-threads' has the wrong type"},
+      {{"--scheduler.policy=fastest"}, "'scheduler.policy' = fastest"},
+      {{"--middleman.max-consecutive-read=3"},
+       "did you mean 'middleman.max-consecutive-reads'?"},
+      {{"--config-file=" + dir.path()}, "CAF config file"},
       {{"--set", "storage.block_tokens=2147483648"},
        "'storage.block_tokens' = 2147483648"},
       {{"--set", "storage.block_tokens=2147483647"},

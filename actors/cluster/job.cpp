@@ -423,9 +423,10 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     auto cluster = embedded_cluster::make(sys, *spec, *store);
     if (cluster && hooks)
       hooks->bind((*cluster)->time());
-    auto watch =
-        cluster ? (*observation)->watch((*cluster)->nodes(), spec->byte_scale)
-                : nullptr;
+    auto watch = cluster ? (*observation)
+                               ->watch((*cluster)->nodes(), spec->byte_scale,
+                                       variant.name)
+                         : nullptr;
     if (!cluster)
       return cluster.error();
     auto setup_s = std::chrono::duration<double>(

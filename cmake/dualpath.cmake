@@ -96,5 +96,5 @@ function(dualpath_suite file)
   set_target_properties(${exe} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
   add_test(NAME ${test_name} COMMAND ${exe})
   set_tests_properties(${test_name} PROPERTIES LABELS "${label}" SKIP_RETURN_CODE 77
-    TIMEOUT 300 ENVIRONMENT "DUALPATH_BUILD_DIR=${CMAKE_BINARY_DIR};DUALPATH_SOURCE_DIR=${PROJECT_SOURCE_DIR};UBSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/cmake/ubsan.supp:halt_on_error=1:print_stacktrace=1")
+    TIMEOUT 300 ENVIRONMENT "DUALPATH_BUILD_DIR=${CMAKE_BINARY_DIR};DUALPATH_SOURCE_DIR=${PROJECT_SOURCE_DIR};UBSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/cmake/ubsan.supp:halt_on_error=1:print_stacktrace=1;TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/cmake/tsan.supp:halt_on_error=1:second_deadlock_stack=1")
 endfunction()

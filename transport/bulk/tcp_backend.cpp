@@ -309,11 +309,15 @@ public:
     if (::epoll_ctl(sender_ep_.get(), EPOLL_CTL_ADD, sender_wake_.get(), &ev)
         != 0)
       return sys_error("epoll_ctl");
-    for (size_t c = 0; c < traffic_class_count; ++c) {
+    // Every loop exists and runs before the accepting one (class 0) starts:
+    // it hands a connection to its class's loop at once (two data races,
+    // on rx_ and on a loop's epoll descriptor, found by the TSan build, when
+    // a peer connected during start-up).
+    for (size_t c = 0; c < traffic_class_count; ++c)
       rx_[c] = std::make_unique<rx_loop>(this, static_cast<traffic_class>(c));
+    for (size_t c = traffic_class_count; c-- > 0;)
       if (auto err = rx_[c]->start(c == 0 ? listen_.get() : -1))
         return err;
-    }
     sender_ = std::thread{[this] { run_sender(); }};
     return caf::none;
   }

@@ -420,6 +420,30 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
     CHECK(s.dur >= 0);
     spans.push_back(s);
   }
+  // Flows: every layer's send on a prefill node starts one, and it ends on
+  // that layer's arrival at a decode node.
+  std::map<uint64_t, const json*> flow_start, flow_end;
+  size_t sends = 0;
+  for (auto& ev : doc.at("traceEvents")) {
+    if (ev["ph"] == "s")
+      flow_start[ev["id"].get<uint64_t>()] = &ev;
+    if (ev["ph"] == "f")
+      flow_end[ev["id"].get<uint64_t>()] = &ev;
+    if (ev["ph"] == "X" && ev["name"] == "send")
+      ++sends;
+  }
+  CHECK(sends > 0);
+  CHECK(flow_start.size() == sends);
+  for (auto& [id, st] : flow_start) {
+    REQUIRE(flow_end.count(id) == 1);
+    auto& en = *flow_end[id];
+    CHECK((*st)["args"] == en["args"]);
+    auto from = process[(*st)["pid"].get<int>()];
+    auto to = process[en["pid"].get<int>()];
+    CHECK_MESSAGE(from.find(" pe") != std::string::npos, from);
+    CHECK_MESSAGE(to.find(" de") != std::string::npos, to);
+    CHECK((*st)["ts"].get<double>() <= en["ts"].get<double>() + 0.002);
+  }
   // Every track nests.
   std::map<std::pair<int, int>, std::vector<const span*>> tracks;
   for (auto& s : spans)
@@ -462,11 +486,15 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
       for (auto& s : spans)
         if (s.request == id && s.layer >= 0
             && process[s.pid].rfind(mode + " ", 0) == 0) {
-          CHECK_MESSAGE(inside(s, *pre), s.name << " of layer " << s.layer);
+          // The arrival at the decode node is on that node, not in the
+          // prefill (its flow from the send is checked above).
+          if (s.name != "receive")
+            CHECK_MESSAGE(inside(s, *pre), s.name << " of layer " << s.layer);
           steps[s.name].insert(s.layer);
         }
       CHECK(steps["compute"].size() == layers.size());
       CHECK(steps["send"].size() == layers.size());
+      CHECK(steps["receive"].size() == layers.size());
       // Hit blocks reach the GPU per layer: locally (h2d) or pushed from the
       // decode node (transfer).
       std::set<int> loaded = steps["h2d"];

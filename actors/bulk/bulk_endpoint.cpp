@@ -33,8 +33,7 @@ struct bulk_state {
 using self_ptr = bulk_impl::stateful_pointer<bulk_state>;
 
 batch_completion to_message(const bulk::completion& c) {
-  return batch_completion{c.tag, c.bytes, c.failed_ops,
-                          describe_error(c.error)};
+  return batch_completion{c.tag, c.bytes, c.failed_ops, c.error};
 }
 
 endpoint_info describe(self_ptr self, const std::string& peer) {
@@ -81,9 +80,9 @@ bulk_impl::behavior_type endpoint(self_ptr self,
           if (reg == nullptr)
             return batch_completion{
                 wb.tag, 0, static_cast<uint32_t>(wb.ops.size()),
-                describe_error(caf::make_error(
-                    transport::transport_errc::unknown_region,
-                    "no local region " + std::to_string(op.local_region)))};
+                caf::make_error(transport::transport_errc::unknown_region,
+                                "no local region "
+                                    + std::to_string(op.local_region))};
           b.writes.push_back(
               bulk::write_request{reg, op.local_offset, op.destination});
         }
@@ -124,22 +123,6 @@ bulk_impl::behavior_type endpoint(self_ptr self,
 }
 
 } // namespace
-
-std::string describe_error(const caf::error& err) {
-  if (!err)
-    return {};
-  std::string out;
-  if (err.category()
-      == caf::make_error(transport::transport_errc::bad_frame).category())
-    out = transport::to_string(
-        static_cast<transport::transport_errc>(err.code()));
-  else
-    out = caf::to_string(err);
-  const auto& ctx = err.context();
-  if (!ctx.empty() && ctx.match_element<std::string>(0))
-    out += ": " + ctx.get_as<std::string>(0);
-  return out;
-}
 
 bulk_endpoint_actor
 spawn_bulk_endpoint(caf::actor_system& sys,

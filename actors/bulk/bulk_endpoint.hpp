@@ -1,8 +1,8 @@
-// The behaviour of bulk_endpoint_actor (actors/bulk_endpoint_actor.hpp): a
-// node's bulk transport endpoint. It owns nothing but a shared handle to the
-// node's bulk backend and to the node's region directory (which local
-// registrations write_op.local_region names); the bytes move over the backend,
-// never through CAF.
+// The behaviour of bulk_endpoint_actor
+// (actors/protocol/bulk_endpoint_actor.hpp): a node's bulk transport endpoint.
+// It owns nothing but a shared handle to the node's bulk backend and to the
+// node's region directory (which local registrations write_op.local_region
+// names); the bytes move over the backend, never through CAF.
 //
 // Connecting two endpoints A and B (any backend; verbs needs all three steps,
 // tcp and local are satisfied by fewer):
@@ -13,8 +13,8 @@
 // A connect whose details are empty only prepares and describes.
 //
 // write_batch: each op writes destination.length bytes from the registration
-// `local_region` at `local_offset`; the reply is one batch_completion (error
-// "<transport_errc name>: <context>", empty on success). deadline_ns is
+// `local_region` at `local_offset`; the reply is one batch_completion (its
+// error the backend's transport_errc, none on success). deadline_ns is
 // relative to the time the endpoint posts the batch; 0 means the backend's
 // configured default. Completions come back from backend threads as an
 // internal message, so the reply is sent from the actor's own thread.
@@ -64,8 +64,5 @@ bulk_endpoint_actor
 spawn_bulk_endpoint(caf::actor_system& sys,
                     std::shared_ptr<transport::bulk::backend> backend,
                     std::shared_ptr<region_directory> regions);
-
-/// Renders a transport error as "<code name>: <context>" ("" for none).
-std::string describe_error(const caf::error& err);
 
 } // namespace dualpath::actors

@@ -97,8 +97,8 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
       (static_cast<uint64_t>(cfg.integer("storage.buffer_mib")) << 20)
       / s.byte_scale;
   // Each prefill engine of a node holds the leases of at most lookahead + 1
-  // requests (see actors/prefill_engine.hpp), so a pool with room for that
-  // many longest prompts per GPU can never be exhausted by completed reads
+  // requests (see actors/engines/prefill_engine.hpp), so a pool with room for
+  // that many longest prompts per GPU can never be exhausted by completed reads
   // waiting to stream: the condition for a cyclic wait never arises.
   s.reader_min_blocks = static_cast<uint32_t>(
       s.gpus_per_node * (uint64_t{s.prefill_lookahead} + 1)
@@ -280,14 +280,13 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
   if (spec.reader == "prefetching") {
     // The extension example in front of the node's reader; it keeps at most
     // a quarter of the pool, so ordinary reads always find room.
-    extensions::prefetch_config pc;
+    prefetch_config pc;
     pc.node = node->name;
     pc.max_blocks = std::max<uint32_t>(
         1, std::min<uint32_t>(spec.prefetch_blocks,
                               static_cast<uint32_t>(slots / 4)));
     pc.observer = spec.observer;
-    node->reader =
-        extensions::spawn_prefetching_reader(sys, *reader, std::move(pc));
+    node->reader = spawn_prefetching_reader(sys, *reader, std::move(pc));
   }
   out.keep_alive.push_back(
       std::make_shared<transport::bulk::local_registration>(std::move(*reg)));

@@ -72,7 +72,7 @@ struct cluster_spec {
   uint32_t reader_io_threads = 2;
   uint32_t reader_queue_depth = 8;
   /// Storage reader behaviour (`storage.reader`): "default" or
-  /// "prefetching" (actors/extensions/prefetching_reader.hpp) with at most
+  /// "prefetching" (actors/storage/prefetching_reader.hpp) with at most
   /// `prefetch_blocks` blocks kept.
   std::string reader = "default";
   uint32_t prefetch_blocks = 256;

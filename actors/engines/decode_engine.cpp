@@ -11,9 +11,10 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/type_id.hpp>
 
 #include "actors/bulk/bulk_post.hpp"
-#include "actors/engines/engine_timing.hpp"
+#include "actors/engines/engine_common.hpp"
 #include "actors/engines/kv_layout.hpp"
 #include "actors/engines/range_allocator.hpp"
 #include "actors/protocol/scheduler_actor.hpp"
@@ -23,22 +24,26 @@
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/kv_content.hpp"
 
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, pushed_atom,
+             "depushed")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, prefill_end_atom,
+             "depfend")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, decode_end_atom,
+             "dedecend")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, report_tick_atom,
+             "detick")
+
 namespace dualpath::actors {
 
 namespace {
 
+using namespace dualpath::actors::decode_atoms;
+
 namespace bulk = transport::bulk;
 namespace storage = transport::storage;
 using time_point = emulated_time::time_point;
-
-using pushed_atom = caf::atom_constant<caf::atom("depushed")>;
-constexpr auto pushed_atom_v = pushed_atom::value;
-using prefill_end_atom = caf::atom_constant<caf::atom("depfend")>;
-constexpr auto prefill_end_atom_v = prefill_end_atom::value;
-using decode_end_atom = caf::atom_constant<caf::atom("dedecend")>;
-constexpr auto decode_end_atom_v = decode_end_atom::value;
-using report_tick_atom = caf::atom_constant<caf::atom("detick")>;
-constexpr auto report_tick_atom_v = report_tick_atom::value;
 
 struct de_request {
   assignment a;
@@ -99,14 +104,6 @@ struct decode_state {
 
 using self_ptr = caf::stateful_actor<decode_state>*;
 
-uint64_t bpt(const engine_config& cfg) {
-  return cfg.model.real_bytes_per_token_layer;
-}
-
-bool moves_bytes(const engine_config& cfg) {
-  return cfg.mode != load_mode::oracle;
-}
-
 std::byte* slot_ptr(self_ptr self, const de_request& r) {
   return self->state.memory.get() + r.slot_offset;
 }
@@ -138,10 +135,8 @@ engine_load own_load(self_ptr self);
 // seq_e, tok_e and free HBM change only where requests are admitted,
 // placed on the GPU or removed, and each of those ends in try_admit() or
 // try_gpu().
-void publish_load(self_ptr self) {
-  auto& node = self->state.cfg.node;
-  if (node && node->loads)
-    node->loads->publish(own_load(self));
+void publish(self_ptr self) {
+  publish_load(self->state.cfg, own_load(self));
 }
 
 // Observation (null hooks: nothing): a span of request `id` on this engine's
@@ -149,11 +144,8 @@ void publish_load(self_ptr self) {
 void trace(self_ptr self, const char* track, const char* name, uint64_t id,
            int64_t begin_ns, int64_t end_ns, uint64_t nominal_bytes = 0,
            const char* direction = "", int32_t layer = -1) {
-  auto& cfg = self->state.cfg;
-  if (cfg.hooks && cfg.hooks->tracing())
-    cfg.hooks->span(observe::span_record{
-        cfg.id.node, track + std::to_string(cfg.id.rank) + direction, name, id,
-        layer, begin_ns, end_ns, nominal_bytes});
+  span(self->state.cfg, track, name, id, layer, begin_ns, end_ns,
+       nominal_bytes, direction);
 }
 
 void on_de_read(self_ptr self, uint64_t id, read_completion c) {
@@ -232,16 +224,9 @@ void start(self_ptr self, assignment a, caf::response_promise rp,
     rr.first_block = plan.pe_side_blocks;
     rr.tokens =
         (plan.hit_blocks - plan.pe_side_blocks) * cfg.model.block_tokens;
-    self->request(cfg.node->reader, caf::infinite, read_atom_v, std::move(rr))
-        .then([self,
-               id](read_completion& c) { on_de_read(self, id, std::move(c)); },
-              [self, id, rr](caf::error&) {
-                // The reader failed as a whole: every DE-side block is a miss.
-                read_completion c;
-                c.request_id = id;
-                c.failed = rr.blocks;
-                on_de_read(self, id, std::move(c));
-              });
+    read_blocks(
+        self, cfg.node->reader, std::move(rr),
+        [self, id](read_completion c) { on_de_read(self, id, std::move(c)); });
   } else {
     r.read_done = true;
     r.de_read.request_id = id;
@@ -272,7 +257,7 @@ void try_admit(self_ptr self) {
     st.tok -= item.first.request.tokens.size();
     start(self, std::move(item.first), std::move(item.second), *off, bytes);
   }
-  publish_load(self);
+  publish(self);
 }
 
 void try_finish(self_ptr self, uint64_t id) {
@@ -389,7 +374,7 @@ void try_gpu(self_ptr self) {
     st.gpu_wait.pop_front();
     start_decode(self, r);
   }
-  publish_load(self);
+  publish(self);
 }
 
 void send_done(self_ptr self, uint64_t id) {
@@ -594,10 +579,9 @@ void on_decode_end(self_ptr self, uint64_t id) {
 
 engine_load own_load(self_ptr self) {
   auto& st = self->state;
-  engine_load x;
-  x.engine = st.cfg.id;
-  x.seq = static_cast<uint32_t>(st.requests.size() + st.admissions.size());
-  x.tok = st.tok;
+  auto x = own_load_of(
+      st.cfg, static_cast<uint32_t>(st.requests.size() + st.admissions.size()),
+      st.tok);
 #ifndef NDEBUG
   uint64_t walked = 0;
   for (auto& kv : st.requests)
@@ -606,7 +590,6 @@ engine_load own_load(self_ptr self) {
     walked += a.first.request.tokens.size();
   assert(walked == st.tok);
 #endif
-  x.free_hbm_bytes = free_hbm_nominal(st.cfg);
   return x;
 }
 
@@ -672,17 +655,48 @@ void report(self_ptr self) {
 }
 
 // A push's bulk batch completed: answer the prefill engine's push request.
-void on_pushed(self_ptr self, uint64_t tag, const std::string& error) {
+void on_pushed(self_ptr self, uint64_t tag, caf::error error) {
   auto& st = self->state;
   auto i = st.pushes.find(tag);
   if (i == st.pushes.end())
     return;
-  if (error.empty())
+  if (!error)
     i->second.rp.deliver(i->second.reply);
   else
-    i->second.rp.deliver(caf::make_error(transport::transport_errc::peer_lost,
-                                         "push failed: " + error));
+    i->second.rp.deliver(std::move(error)); // the transport's own error
   st.pushes.erase(i);
+}
+
+// Drops the admissions and unfinished requests `which` selects (their
+// prefill engine is gone or gave up on them): waiters get `why`, slots are
+// freed. A decode-side read still in flight finds no request and releases
+// its leases (on_de_read).
+template <class Predicate>
+void drop_requests(self_ptr self, Predicate which, const caf::error& why) {
+  auto& st = self->state;
+  for (auto i = st.admissions.begin(); i != st.admissions.end();) {
+    if (which(i->first)) {
+      i->second.deliver(why);
+      st.tok -= i->first.request.tokens.size();
+      i = st.admissions.erase(i);
+    } else {
+      ++i;
+    }
+  }
+  std::vector<uint64_t> dropped;
+  for (auto& [id, r] : st.requests)
+    if (!r.finishing && which(r.a))
+      dropped.push_back(id);
+  for (auto id : dropped) {
+    auto i = st.requests.find(id);
+    for (auto& rp : i->second.load_waiters)
+      rp.deliver(why);
+    if (i->second.has_slot)
+      st.slots.free(i->second.slot_offset);
+    st.tok -= i->second.tokens;
+    st.requests.erase(i);
+  }
+  try_admit(self);
 }
 
 caf::error setup(decode_state& st) {
@@ -728,43 +742,18 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
   // and the scheduler re-queues those requests under new ids, so their
   // admissions and slots are dropped here.
   self->set_down_handler([self](const caf::down_msg& dm) {
-    auto& st = self->state;
-    auto from_lost = [&dm](const assignment& a) {
-      return a.prefill_actor && a.prefill_actor.address() == dm.source;
-    };
-    auto lost = [] {
-      return caf::make_error(caf::sec::request_receiver_down,
-                             "prefill engine lost");
-    };
-    for (auto i = st.admissions.begin(); i != st.admissions.end();) {
-      if (from_lost(i->first)) {
-        i->second.deliver(lost());
-        st.tok -= i->first.request.tokens.size();
-        i = st.admissions.erase(i);
-      } else {
-        ++i;
-      }
-    }
-    std::vector<uint64_t> dropped;
-    for (auto& [id, r] : st.requests)
-      if (!r.finishing && from_lost(r.a))
-        dropped.push_back(id);
-    for (auto id : dropped) {
-      auto i = st.requests.find(id);
-      for (auto& rp : i->second.load_waiters)
-        rp.deliver(lost());
-      if (i->second.has_slot)
-        st.slots.free(i->second.slot_offset);
-      st.tok -= i->second.tokens;
-      st.requests.erase(i);
-    }
-    try_admit(self);
+    drop_requests(
+        self,
+        [&dm](const assignment& a) {
+          return a.prefill_actor && a.prefill_actor.address() == dm.source;
+        },
+        caf::make_error(caf::sec::request_receiver_down,
+                        "prefill engine lost"));
   });
   auto& c = self->state.cfg;
-  if ((c.group_leader || (c.id.rank == 0 && !c.group_members.empty()))
-      && c.scheduler)
+  if (leads_group(c))
     schedule_report(self);
-  publish_load(self);
+  publish(self);
   return {
       [self](admit_atom, assignment& a) -> caf::result<decode_slot> {
         auto& st = self->state;
@@ -855,17 +844,14 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
         auto hdl = caf::actor_cast<caf::actor>(self);
         auto early = post_or_complete(
             *cfg.node->bulk, std::move(b), [hdl, tag](bulk::completion c) {
-              caf::anon_send(hdl, pushed_atom_v, tag,
-                             c.error ? caf::to_string(c.error) : std::string{});
+              caf::anon_send(hdl, pushed_atom_v, tag, std::move(c.error));
             });
         if (early)
-          on_pushed(self, tag,
-                    early->error ? caf::to_string(early->error)
-                                 : std::string{});
+          on_pushed(self, tag, std::move(early->error));
         return rp;
       },
-      [self](pushed_atom, uint64_t tag, std::string& error) {
-        on_pushed(self, tag, error);
+      [self](pushed_atom, uint64_t tag, caf::error& error) {
+        on_pushed(self, tag, std::move(error));
       },
       [self](prefilled_atom, const prefill_summary& s) {
         auto& st = self->state;
@@ -879,6 +865,13 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
       [self](prefill_end_atom, uint64_t id) { on_prefill_end(self, id); },
       [self](decode_end_atom, uint64_t id) { on_decode_end(self, id); },
       [self](report_tick_atom) { report(self); },
+      [self](release_atom, uint64_t id) {
+        drop_requests(
+            self, [id](const assignment& a) { return a.request.id == id; },
+            caf::make_error(caf::sec::request_receiver_down,
+                            "prefill engine gave up on request "
+                                + std::to_string(id)));
+      },
       [self](status_atom) { return status(self); },
   };
 }

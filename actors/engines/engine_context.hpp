@@ -1,7 +1,7 @@
 // What an engine actor is given when it is spawned: the emulated node it runs
 // on (links, storage reader, bulk transport, block store), its GPU, the model's
 // shape, the loading mode and the actors it talks to. The cluster builder
-// (actors/cluster.hpp) creates one node_resources per node and one
+// (actors/cluster/cluster.hpp) creates one node_resources per node and one
 // engine_config per engine; the same structures serve an embedded cluster
 // (`dualpath run`), separate processes (`dualpath node`) and simulated time.
 //

@@ -10,28 +10,34 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/type_id.hpp>
 
 #include "actors/bulk/bulk_post.hpp"
-#include "actors/engines/engine_timing.hpp"
+#include "actors/engines/engine_common.hpp"
 #include "actors/engines/kv_layout.hpp"
 #include "actors/protocol/decode_engine_actor.hpp"
 #include "transport/storage/block_format.hpp"
+
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, loaded_atom,
+             "lsloaded")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, computed_atom,
+             "lscomputed")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, sent_atom,
+             "lssent")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, sent_done_atom,
+             "lssentdone")
 
 namespace dualpath::actors {
 
 namespace {
 
+using namespace dualpath::actors::streamer_atoms;
+
 namespace bulk = transport::bulk;
 
 // Timer and completion messages the streamer sends itself (in-process only).
-using loaded_atom = caf::atom_constant<caf::atom("lsloaded")>;
-constexpr auto loaded_atom_v = loaded_atom::value;
-using computed_atom = caf::atom_constant<caf::atom("lscomputed")>;
-constexpr auto computed_atom_v = computed_atom::value;
-using sent_atom = caf::atom_constant<caf::atom("lssent")>;
-constexpr auto sent_atom_v = sent_atom::value;
-using sent_done_atom = caf::atom_constant<caf::atom("lssentdone")>;
-constexpr auto sent_done_atom_v = sent_done_atom::value;
 
 using time_point = emulated_time::time_point;
 
@@ -39,7 +45,7 @@ struct layer_state {
   gpu::device_buffer gpu;
   uint32_t pending_pushes = 0;
   uint32_t pending_sends = 0;
-  std::string send_error;
+  caf::error send_error; // the first failed send's, as the transport said
   time_point load_start{};
   time_point ready_at{};
   time_point send_done_at{};
@@ -82,20 +88,6 @@ struct streamer_state {
 
 using self_ptr = caf::stateful_actor<streamer_state>*;
 
-// Whether the mode moves KV at all (timing); Oracle assumes it resident.
-bool moves_bytes(const engine_config& cfg) {
-  return cfg.mode != load_mode::oracle;
-}
-
-// Whether real bytes are copied too (not on a modeled data plane).
-bool copies_bytes(const engine_config& cfg) {
-  return moves_bytes(cfg) && cfg.real_bytes;
-}
-
-uint64_t bpt(const engine_config& cfg) {
-  return cfg.model.real_bytes_per_token_layer;
-}
-
 uint64_t layer_bytes(const active_batch& b, const engine_config& cfg) {
   return b.batch_tokens * bpt(cfg);
 }
@@ -118,7 +110,7 @@ uint64_t staging_offset(const active_batch& b, const engine_config& cfg,
 
 void advance(self_ptr self);
 void on_pushed(self_ptr self, const layer_ready& r);
-void on_sent(self_ptr self, uint32_t l, uint64_t bytes, std::string error);
+void on_sent(self_ptr self, uint32_t l, uint64_t bytes, caf::error error);
 
 // Observation (null hooks: nothing): one span per request of the batch on
 // this engine's track ("gpu<rank>") or a direction of its compute NIC
@@ -133,9 +125,8 @@ void trace(self_ptr self, const char* track, const char* name, int32_t layer,
   auto b = since_start(st.cfg.time, begin);
   auto e = since_start(st.cfg.time, end);
   for (auto& item : st.batch->plan.items)
-    h->span(observe::span_record{
-        st.cfg.id.node, track + std::to_string(st.cfg.id.rank) + direction,
-        name, item.request_id, layer, b, e, nominal_bytes});
+    span(st.cfg, track, name, item.request_id, layer, b, e, nominal_bytes,
+         direction);
 }
 
 // The window in which this engine's compute NIC (one direction) moved
@@ -439,37 +430,34 @@ void start_send(self_ptr self, uint32_t l) {
   std::vector<bulk::completion> early; // completed inside post()
   for (auto& kv : batches) {
     kv.second.tag = (batch_id << 16) | l;
-    auto c = post_or_complete(
-        *node.bulk, std::move(kv.second),
-        [hdl, batch_id, l](bulk::completion c) {
-          caf::anon_send(hdl, sent_atom_v, batch_id, l, c.bytes,
-                         c.error ? caf::to_string(c.error) : std::string{});
-        });
+    auto c = post_or_complete(*node.bulk, std::move(kv.second),
+                              [hdl, batch_id, l](bulk::completion c) {
+                                caf::anon_send(hdl, sent_atom_v, batch_id, l,
+                                               c.bytes, std::move(c.error));
+                              });
     if (c)
       early.push_back(std::move(*c));
   }
   for (auto& c : early) {
     if (!st.batch || st.batch->plan.batch_id != batch_id)
       return; // the batch failed meanwhile
-    on_sent(self, l, c.bytes,
-            c.error ? caf::to_string(c.error) : std::string{});
+    on_sent(self, l, c.bytes, std::move(c.error));
   }
 }
 
-void on_sent(self_ptr self, uint32_t l, uint64_t bytes, std::string error) {
+void on_sent(self_ptr self, uint32_t l, uint64_t bytes, caf::error error) {
   auto& st = self->state;
   auto& b = *st.batch;
   auto& lay = b.layers[l];
   if (lay.pending_sends == 0)
     return;
-  if (!error.empty())
+  if (error && !lay.send_error)
     lay.send_error = std::move(error);
   b.bytes_moved += bytes;
   if (--lay.pending_sends > 0)
     return;
-  if (!lay.send_error.empty()) {
-    fail(self, caf::make_error(transport::transport_errc::peer_lost,
-                               "layer send failed: " + lay.send_error));
+  if (lay.send_error) {
+    fail(self, std::move(lay.send_error));
     return;
   }
   auto now = emulated_now(self, st.cfg.time);
@@ -655,7 +643,7 @@ caf::behavior streamer(self_ptr self, engine_config cfg,
           on_computed(self, l);
       },
       [self, current](sent_atom, uint64_t batch_id, uint32_t l, uint64_t bytes,
-                      std::string& error) {
+                      caf::error& error) {
         if (current(batch_id, l))
           on_sent(self, l, bytes, std::move(error));
       },

@@ -1,8 +1,8 @@
 // The layer streamer: moves one prefill batch's KV layer by layer for a
 // prefill engine, within a window of resident layers, and waits the emulated
-// time of every step (see actors/emulation.hpp: the real bytes are copied at
-// once, the actor waits with delayed messages until the paced links and the
-// compute model say the step is over). Per layer l:
+// time of every step (see actors/engines/emulation.hpp: the real bytes are
+// copied at once, the actor waits with delayed messages until the paced links
+// and the compute model say the step is over). Per layer l:
 //   1. allocate layer l's GPU memory for the batch ([request][token][bpt]);
 //      PE-side hits: copy the Layer Blocks out of this node's reader leases
 //      into the host staging, links PE dram + PE cnic_rx[rank] (CNIC-centric

@@ -9,20 +9,25 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/type_id.hpp>
 
-#include "actors/engines/engine_timing.hpp"
+#include "actors/engines/engine_common.hpp"
 #include "actors/engines/kv_layout.hpp"
 #include "actors/engines/layer_streamer.hpp"
 #include "actors/protocol/decode_engine_actor.hpp"
 #include "actors/protocol/scheduler_actor.hpp"
 #include "gpu/device.hpp"
 
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::prefill_atoms, fetch_tick_atom,
+             "petick")
+
 namespace dualpath::actors {
 
 namespace {
 
-using fetch_tick_atom = caf::atom_constant<caf::atom("petick")>;
-constexpr auto fetch_tick_atom_v = fetch_tick_atom::value;
+using namespace dualpath::actors::prefill_atoms;
 
 // The reply to one work batch: its requests become jobs and the reply joins
 // them (bytes moved add up; the last job's layer timings are kept).
@@ -90,6 +95,22 @@ void release_leases(self_ptr self, const std::vector<uint64_t>& leases) {
     self->send(reader, release_atom_v, lease_release{leases});
 }
 
+// A job failed: its decode engine drops what it holds for it (an admission
+// or a slot) and the scheduler re-queues the request (or fails it after
+// max_attempts), so neither the request nor the buffer space is lost.
+void report_failure(self_ptr self, const job& j, const caf::error& err) {
+  auto& cfg = self->state.cfg;
+  if (j.admit_sent && j.a.decode_actor)
+    self->send(caf::actor_cast<decode_engine_actor>(j.a.decode_actor),
+               release_atom_v, j.a.request.id);
+  if (cfg.scheduler)
+    self->send(caf::actor_cast<scheduler_actor>(cfg.scheduler), fail_atom_v,
+               request_failure{j.a.request.id, cfg.id, err});
+  if (cfg.hooks)
+    cfg.hooks->count("dualpath_errors_total",
+                     {{"source", "prefill_engine"}, {"kind", "request"}});
+}
+
 // Removes job `id` (done or failed): frees its leases and its share of
 // seq_e / tok_e, answers its batch when `err` or when it was the last job of
 // the batch, and starts the next jobs.
@@ -102,6 +123,8 @@ void finish(self_ptr self, uint64_t id, caf::error err,
     return;
   job_ptr j = std::move(*i);
   st.jobs.erase(i);
+  if (err)
+    report_failure(self, *j, err);
   // Leases of a job that failed before it was ready are still in pe_read.
   if (!j->ready)
     for (auto& l : j->pe_read.leases)
@@ -303,32 +326,20 @@ void start_job(self_ptr self, job& j) {
     rr.first_block = 0;
     rr.tokens = j.plan.pe_side_blocks * cfg.model.block_tokens;
     auto id = j.id;
-    self->request(cfg.node->reader, caf::infinite, read_atom_v, std::move(rr))
-        .then(
-            [self, id](read_completion& c) {
-              auto j = find_job(self, id);
-              if (!j) {
-                std::vector<uint64_t> ids;
-                for (auto& l : c.leases)
-                  ids.push_back(l.lease_id);
-                release_leases(self, ids);
-                return;
-              }
-              j->pe_read = std::move(c);
-              j->pe_read_done = true;
-              check_job(self, *j);
-            },
-            [self, id, blocks = rr.blocks](caf::error&) {
-              // The reader failed as a whole: every PE-side block is a miss
-              // (recomputed), as for single failed blocks.
-              if (auto j = find_job(self, id)) {
-                j->pe_read = read_completion{};
-                j->pe_read.request_id = j->a.request.id;
-                j->pe_read.failed = blocks;
-                j->pe_read_done = true;
-                check_job(self, *j);
-              }
-            });
+    read_blocks(self, cfg.node->reader, std::move(rr),
+                [self, id](read_completion c) {
+                  auto j = find_job(self, id);
+                  if (!j) {
+                    std::vector<uint64_t> ids;
+                    for (auto& l : c.leases)
+                      ids.push_back(l.lease_id);
+                    release_leases(self, ids);
+                    return;
+                  }
+                  j->pe_read = std::move(c);
+                  j->pe_read_done = true;
+                  check_job(self, *j);
+                });
   } else {
     j.pe_read_done = true;
   }
@@ -337,10 +348,8 @@ void start_job(self_ptr self, job& j) {
 engine_load own_load(self_ptr self);
 
 // seq_e / tok_e change only where jobs come and go, and both end in pump().
-void publish_load(self_ptr self) {
-  auto& node = self->state.cfg.node;
-  if (node && node->loads)
-    node->loads->publish(own_load(self));
+void publish(self_ptr self) {
+  publish_load(self->state.cfg, own_load(self));
 }
 
 // Starts the jobs inside the look-ahead window, then the admissions.
@@ -358,17 +367,12 @@ void pump(self_ptr self) {
   // Jobs that need neither reads nor a pending admission may be ready now.
   for (size_t k = 0; k < std::min(window, st.jobs.size()); ++k)
     check_job(self, *st.jobs[k]);
-  publish_load(self);
+  publish(self);
 }
 
 engine_load own_load(self_ptr self) {
   auto& st = self->state;
-  engine_load x;
-  x.engine = st.cfg.id;
-  x.seq = st.seq;
-  x.tok = st.tok;
-  x.free_hbm_bytes = free_hbm_nominal(st.cfg);
-  return x;
+  return own_load_of(st.cfg, st.seq, st.tok);
 }
 
 caf::result<engine_load> status(self_ptr self) {
@@ -379,6 +383,22 @@ void schedule_fetch(self_ptr self) {
   auto& cfg = self->state.cfg;
   auto d = cfg.time.to_actor(std::chrono::nanoseconds(cfg.fetch_period_ns));
   self->delayed_send(self, d, fetch_tick_atom_v);
+}
+
+// Group leader: a member's batch failed (its engine reported each request).
+void member_failed(self_ptr self, const caf::error& err) {
+  auto& cfg = self->state.cfg;
+  if (cfg.hooks)
+    cfg.hooks->count("dualpath_errors_total",
+                     {{"source", "prefill_engine"}, {"kind", "batch"}});
+  if (cfg.observer) {
+    event_record ev;
+    ev.source = cfg.id.node + "/prefill" + std::to_string(cfg.id.rank);
+    ev.kind = "batch_failed";
+    ev.at_ns = since_start(cfg.time, emulated_now(self, cfg.time));
+    ev.detail = caf::to_string(err);
+    self->send(cfg.observer, event_atom_v, std::move(ev));
+  }
 }
 
 // Group leader: gather the members' loads, fetch work, dispatch it.
@@ -418,7 +438,14 @@ void fetch(self_ptr self) {
                 if (kv.first)
                   self->request(kv.first, caf::infinite, prefill_atom_v,
                                 std::move(kv.second))
-                      .then([](stream_report&) {}, [](caf::error&) {});
+                      .then([](stream_report&) {},
+                            [self](caf::error& err) {
+                              // Each failed request was reported to the
+                              // scheduler by the engine that held it
+                              // (report_failure); the leader records that a
+                              // member's batch failed.
+                              member_failed(self, err);
+                            });
               schedule_fetch(self);
             },
             [self](caf::error&) { schedule_fetch(self); });
@@ -478,10 +505,9 @@ caf::behavior prefill_engine(self_ptr self, engine_config cfg) {
                              "decode engine lost"));
   });
   auto& c = self->state.cfg;
-  if ((c.group_leader || (c.id.rank == 0 && !c.group_members.empty()))
-      && c.scheduler)
+  if (leads_group(c))
     schedule_fetch(self);
-  publish_load(self);
+  publish(self);
   return {
       [self](prefill_atom, work_batch& w) -> caf::result<stream_report> {
         auto& st = self->state;

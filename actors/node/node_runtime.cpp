@@ -7,6 +7,7 @@
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/type_id.hpp>
 
 #include "actors/cluster/cluster.hpp"
 #include "actors/cluster/replay.hpp"
@@ -18,9 +19,18 @@
 #include "transport/bulk/backend.hpp"
 #include "transport/storage/block_store.hpp"
 
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::node::runtime_atoms, tick_atom,
+             "nodetick")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::node::runtime_atoms, snic_atom,
+             "snicusage")
+
 namespace dualpath::actors::node {
 
 namespace {
+
+using namespace dualpath::actors::node::runtime_atoms;
 
 using namespace std::chrono;
 namespace storage = transport::storage;
@@ -153,10 +163,8 @@ void wait_for(const std::atomic<bool>& stop, const std::atomic<bool>& lost) {
 
 // -- the node agent -----------------------------------------------------------
 
-using tick_atom = caf::atom_constant<caf::atom("nodetick")>;
 // Asks a node agent for its storage NIC's counters: (nominal bytes moved so
 // far, rate in bytes/s). Builtin types only, so nothing to register.
-using snic_atom = caf::atom_constant<caf::atom("snicusage")>;
 
 struct agent_state {
   static inline const char* name = "dualpath.node_agent";

@@ -1,5 +1,5 @@
 // The actor system of one dualpath process that joins a deployment: every
-// message type registered by name (actors/register.hpp), the middleman
+// message type registered by name (actors/protocol/register.hpp), the middleman
 // loaded, and with `tls.mode = "tls"` the openssl manager with the cluster's
 // certificate, key and CA, so that every node-to-node link is TLS with mutual
 // certificate checks. Publishing and connecting go through `publish_actor` and

@@ -149,6 +149,9 @@ spawn_submit_gate(caf::actor_system& sys, scheduler_actor scheduler,
         [=](done_atom, request_result& res) {
           self->send(scheduler, done_atom_v, std::move(res));
         },
+        [=](fail_atom, request_failure& f) {
+          self->send(scheduler, fail_atom_v, std::move(f));
+        },
     };
   });
 }

@@ -6,16 +6,21 @@
 
 #include <caf/actor_cast.hpp>
 #include <caf/send.hpp>
+#include <caf/type_id.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/observe/metrics.hpp"
+
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::observe::hub_atoms, tick_atom,
+             "obstick")
 
 namespace dualpath::actors::observe {
 
 namespace {
 
-using tick_atom = caf::atom_constant<caf::atom("obstick")>;
-constexpr auto tick_atom_v = tick_atom::value;
+using namespace dualpath::actors::observe::hub_atoms;
 
 using hub_impl = observer_hub_actor::extend<caf::reacts_to<tick_atom>>;
 

@@ -1,5 +1,6 @@
 // The observer hub: the actor a running system's observers attach to. It
-// implements observer_actor (actors/observer_actor.hpp) and adds `attach`:
+// implements observer_actor (actors/protocol/observer_actor.hpp) and adds
+// `attach`:
 //  - attach(caf::actor): the subscriber (any actor that handles
 //    observer_actor's messages) receives from now on every periodic
 //    snapshot and every event; it is dropped when it terminates;

@@ -347,14 +347,14 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
     return caf::make_error(caf::sec::invalid_argument,
                            "scheduler needs at least one prefill and one "
                            "decode engine");
-  std::string why;
-  auto st = scheduler::cluster_state::make(std::move(pe), std::move(de),
-                                           cfg.nodes, why);
-  if (!why.empty())
+  auto st =
+      scheduler::cluster_state::make(std::move(pe), std::move(de), cfg.nodes);
+  if (!st)
     return caf::make_error(caf::sec::invalid_argument,
-                           "scheduler cluster description: " + why);
+                           "scheduler cluster description: "
+                               + caf::to_string(st.error()));
   auto hdl = sys.spawn([cfg = std::move(cfg),
-                        st = std::move(st)](self_ptr self) mutable
+                        st = std::move(*st)](self_ptr self) mutable
                        -> scheduler_actor::behavior_type {
     auto& s = self->state;
     s.cfg = std::move(cfg);
@@ -499,6 +499,31 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
           }
           emit_event(self, "engine_enrolled", 0, reg.engine.node);
           return true;
+        },
+        [self](fail_atom, const request_failure& f) {
+          auto& s = self->state;
+          auto attempt = static_cast<uint32_t>(f.id >> attempt_shift);
+          auto i = s.requests.find(f.id & id_mask);
+          auto why = f.engine.node + "/" + to_string(f.engine.role)
+                     + std::to_string(f.engine.rank)
+                     + " failed: " + caf::to_string(f.error);
+          if (i == s.requests.end() || attempt != i->second.attempt
+              || !i->second.dispatched) {
+            emit_event(self, "stale_failure", f.id, why);
+            return;
+          }
+          auto& t = i->second;
+          if (s.cfg.hooks)
+            s.cfg.hooks->count("dualpath_errors_total",
+                               {{"source", "scheduler"}, {"kind", "attempt"}});
+          if (t.attempt + 1 >= max_attempts) {
+            undispatch(s, t);
+            emit_event(self, "request_failed", t.spec.id, why);
+            t.promise.deliver(f.error);
+            s.requests.erase(i);
+            return;
+          }
+          requeue(self, t, why);
         },
         [self](done_atom, request_result& res) {
           auto& s = self->state;

@@ -1,6 +1,7 @@
-// The global scheduler actor (interface: actors/scheduler_actor.hpp): one
-// waiting queue for the whole cluster, driven by the engine groups' leaders.
-// It is a thin wrapper around the pure policies of scheduler/ (policy.hpp):
+// The global scheduler actor (interface: actors/protocol/scheduler_actor.hpp):
+// one waiting queue for the whole cluster, driven by the engine groups'
+// leaders. It is a thin wrapper around the pure policies of scheduler/
+// (policy.hpp):
 //  - submit: looks the prompt up in the block store (hit blocks), queues it;
 //    the reply is the request's result, sent when its decode engine reports
 //    it done;
@@ -11,7 +12,13 @@
 //    `prefill` as soon as a decode report places them;
 //  - report (decode leader): records the group's load and places pending
 //    requests on its engines;
-//  - enroll: learns an engine's handle and monitors it.
+//  - enroll: learns an engine's handle and monitors it;
+//  - fail: an engine's attempt at a request failed (a transport, storage or
+//    admission error): the request goes back to the head of the queue, a
+//    reroute like an engine loss's; after max_attempts attempts its
+//    submitter gets the last error instead. A report of an earlier attempt
+//    (the engine's id carries the attempt) or of a request already
+//    re-queued is ignored, so a failure and an engine loss re-queue once.
 // Every request is tracked to completion: none is lost, none duplicated.
 //
 // Ownership: the actor owns its cluster_state and queues; the block store is
@@ -79,6 +86,9 @@ typename Inspector::result_type inspect(Inspector& f, scheduler_counters& x) {
   return f(caf::meta::type_name("scheduler_counters"), x.submitted, x.assigned,
            x.placed, x.completed, x.fetches, x.empty_fetches, x.rerouted);
 }
+
+/// Attempts a request gets before a failure report fails its submitter.
+constexpr uint32_t max_attempts = 8;
 
 /// Spawns the scheduler. Fails with caf::sec::invalid_argument (naming the
 /// problem) when the engine and node tables are inconsistent.

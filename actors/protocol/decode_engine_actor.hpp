@@ -26,6 +26,9 @@ using decode_engine_actor = caf::typed_actor<
     caf::replies_to<push_atom, layer_push>::with<layer_ready>,
     // The prefill engine's summary of a request (sent before its last layer).
     caf::reacts_to<prefilled_atom, prefill_summary>,
+    // The prefill engine gave up on a request (its attempt failed): its
+    // admission or slot is dropped, its buffer space freed.
+    caf::reacts_to<release_atom, uint64_t>,
     // The engine's current seq_e / tok_e / read queue / free HBM.
     caf::replies_to<status_atom>::with<engine_load>>;
 

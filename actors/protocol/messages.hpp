@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <caf/actor.hpp>
+#include <caf/error.hpp>
 #include <caf/meta/type_name.hpp>
 
 #include "actors/protocol/token_list.hpp"
@@ -144,6 +145,20 @@ typename Inspector::result_type inspect(Inspector& f, request_result& x) {
            x.bytes_read_de, x.bytes_compute_net, x.blocks_verified,
            x.verify_failures, x.recomputed_blocks, x.reroutes, x.bytes_pe_to_de,
            x.bytes_de_to_pe, x.blocks_persisted);
+}
+
+/// An engine could not complete its attempt at a request: `id` is the id the
+/// engine was given (the attempt in its top bits), `error` why it failed, as
+/// the failing part reported it (transport, storage, gpu or CAF category).
+struct request_failure {
+  uint64_t id = 0;
+  engine_id engine;
+  caf::error error;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_failure& x) {
+  return f(caf::meta::type_name("request_failure"), x.id, x.engine, x.error);
 }
 
 // -- load reports -------------------------------------------------------------
@@ -324,8 +339,8 @@ struct stream_item {
   /// The decode engine receiving the KV (a decode_engine_actor).
   caf::actor decode_actor;
   /// Hash of every block of the prompt, a trailing partial block included
-  /// (see actors/kv_layout.hpp); the KV of miss tokens is computed from these.
-  /// Empty on a modeled data plane (no bytes to compute).
+  /// (see actors/engines/kv_layout.hpp); the KV of miss tokens is computed from
+  /// these. Empty on a modeled data plane (no bytes to compute).
   std::vector<block_hash> hashes;
 };
 
@@ -495,7 +510,10 @@ struct batch_completion {
   uint64_t tag = 0;
   uint64_t bytes = 0;
   uint32_t failed_ops = 0;
-  std::string error; ///< Empty on success.
+  /// None on success; else the bulk transport's own error (category
+  /// transport_errc, its context naming the operation), as the backend
+  /// reported it.
+  caf::error error;
 };
 
 template <class Inspector>

@@ -21,6 +21,10 @@ using scheduler_actor = caf::typed_actor<
     caf::replies_to<enroll_atom, engine_registration>::with<bool>,
     // An engine reports a request finished (routes the result to the
     // submitter).
-    caf::reacts_to<done_atom, request_result>>;
+    caf::reacts_to<done_atom, request_result>,
+    // An engine reports that its attempt at a request failed: the request is
+    // re-queued (a reroute), or after max_attempts its submitter gets the
+    // error.
+    caf::reacts_to<fail_atom, request_failure>>;
 
 } // namespace dualpath::actors

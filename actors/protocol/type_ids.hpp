@@ -41,6 +41,7 @@ CAF_ADD_TYPE_ID(dualpath_actors, (dualpath::actors::layer_push))
 CAF_ADD_TYPE_ID(dualpath_actors, (dualpath::actors::prefill_summary))
 CAF_ADD_TYPE_ID(dualpath_actors, (dualpath::actors::lease_release))
 CAF_ADD_TYPE_ID(dualpath_actors, (dualpath::actors::persist_batch))
+CAF_ADD_TYPE_ID(dualpath_actors, (dualpath::actors::request_failure))
 
 // Atoms (at most 10 characters each) naming the operations of the interfaces.
 CAF_ADD_ATOM(dualpath_actors, dualpath::actors, submit_atom, "submit")
@@ -69,4 +70,5 @@ CAF_ADD_ATOM(dualpath_actors, dualpath::actors, event_atom, "event")
 CAF_ADD_ATOM(dualpath_actors, dualpath::actors, attach_atom, "attach")
 CAF_ADD_ATOM(dualpath_actors, dualpath::actors, push_atom, "push")
 CAF_ADD_ATOM(dualpath_actors, dualpath::actors, prefilled_atom, "prefilled")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors, fail_atom, "fail")
 CAF_END_TYPE_ID_BLOCK(dualpath_actors)

@@ -15,9 +15,9 @@
 // Time: the readers and the bulk backends complete on their own I/O threads,
 // so these tests run in real time with a large time scale (1 real us = 1
 // emulated ms) and bounded waits (10 s per request), not under the test
-// coordinator (tests/actors/prefill_engine.cpp checks exact timing there).
-// The overlap test runs at time scale 1 with 50 ms steps, so scheduling noise
-// (which only ever delays) stays far below the margins it checks.
+// coordinator (tests/actors/engines/prefill_engine.cpp checks exact timing
+// there). The overlap test runs at time scale 1 with 50 ms steps, so scheduling
+// noise (which only ever delays) stays far below the margins it checks.
 #include <doctest/doctest.h>
 
 #include <chrono>

@@ -196,7 +196,7 @@ TEST_CASE("reportable state prints every field") {
   auto stext = caf::deep_to_string(sc);
   CHECK(stext.find("scheduler_counters") != std::string::npos);
   CHECK(stext.find("11") != std::string::npos);
-  extensions::prefetch_stats ps{4, 3, 2, 1, 5};
+  prefetch_stats ps{4, 3, 2, 1, 5};
   CHECK(caf::deep_to_string(ps) == "prefetch_stats(4, 3, 2, 1, 5)");
 }
 

@@ -14,6 +14,7 @@
 #include "actors/placement/global_scheduler.hpp"
 #include "actors/protocol/prefill_engine_actor.hpp"
 #include "actors/protocol/register.hpp"
+#include "transport/errors.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/kv_content.hpp"
 #include "transport/storage/modeled_backend.hpp"
@@ -370,4 +371,99 @@ TEST_CASE_FIXTURE(fixture, "decode load counts dispatched requests reports "
   CHECK_EQ(per_engine[0], 2);
   CHECK_EQ(per_engine[1], 2);
   self->send_exit(client, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(fixture, "a failed attempt is re-queued; too many fail the "
+                           "submitter with the engine's error") {
+  // The submitter's outcome: a result or the error, exactly once.
+  struct outcome {
+    std::mutex mtx;
+    std::vector<request_result> results;
+    std::vector<caf::error> errors;
+  };
+  auto out = std::make_shared<outcome>();
+  auto submit = [&](uint64_t id) {
+    return sys.spawn([out, s = sched, id](caf::event_based_actor* c) {
+      c->request(s, caf::infinite, submit_atom_v, make_request(id))
+          .then(
+              [out](request_result& r) {
+                std::lock_guard<std::mutex> guard{out->mtx};
+                out->results.push_back(std::move(r));
+              },
+              [out](caf::error& err) {
+                std::lock_guard<std::mutex> guard{out->mtx};
+                out->errors.push_back(std::move(err));
+              });
+    });
+  };
+  auto wait_for = [&](auto pred) {
+    for (int i = 0; i < 400; ++i) {
+      {
+        std::lock_guard<std::mutex> guard{out->mtx};
+        if (pred())
+          return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  };
+  // Assigned attempts of a request, in the order the scheduler gave them.
+  size_t seen = 0;
+  auto next_attempt = [&](uint64_t id) {
+    for (int i = 0; i < 400; ++i) {
+      report_decode(1ull << 40);
+      for (uint32_t g = 0; g < 2; ++g)
+        for (auto& a : fetch(g).items)
+          if ((a.request.id & ((uint64_t{1} << 48) - 1)) == id)
+            return a;
+      {
+        std::lock_guard<std::mutex> guard{pushed->mtx};
+        for (; seen < pushed->items.size(); ++seen)
+          if ((pushed->items[seen].request.id & ((uint64_t{1} << 48) - 1))
+              == id)
+            return pushed->items[seen++];
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    FAIL("request " << id << " was never assigned again");
+    return assignment{};
+  };
+  auto fail = [&](const assignment& a) {
+    self->send(
+        sched, fail_atom_v,
+        request_failure{a.request.id, a.prefill,
+                        caf::make_error(transport::transport_errc::peer_lost,
+                                        "layer send failed")});
+  };
+  auto c1 = submit(1);
+  auto first = next_attempt(1);
+  CHECK_EQ(first.request.id, 1u);
+  fail(first);
+  auto second = next_attempt(1);
+  CHECK_EQ(second.request.id, 1u + (uint64_t{1} << 48)); // attempt 1
+  // A late report of the first attempt changes nothing.
+  fail(first);
+  request_result r;
+  r.id = second.request.id;
+  self->send(sched, done_atom_v, r);
+  REQUIRE(wait_for([&] { return !out->results.empty(); }));
+  {
+    std::lock_guard<std::mutex> guard{out->mtx};
+    CHECK_EQ(out->results.size(), 1u);
+    CHECK_EQ(out->results[0].id, 1u);
+    CHECK_EQ(out->results[0].reroutes, 1u);
+    CHECK(out->errors.empty());
+  }
+  // A request whose every attempt fails gets the last error, once.
+  auto c2 = submit(2);
+  for (uint32_t k = 0; k < max_attempts; ++k)
+    fail(next_attempt(2));
+  REQUIRE(wait_for([&] { return !out->errors.empty(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::lock_guard<std::mutex> guard{out->mtx};
+  CHECK_EQ(out->errors.size(), 1u);
+  CHECK(out->errors[0] == transport::transport_errc::peer_lost);
+  CHECK_EQ(out->results.size(), 1u);
+  self->send_exit(c1, caf::exit_reason::user_shutdown);
+  self->send_exit(c2, caf::exit_reason::user_shutdown);
 }

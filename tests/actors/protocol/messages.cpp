@@ -11,6 +11,7 @@
 
 #include "actors/protocol/register.hpp"
 #include "actors/protocol/type_ids.hpp"
+#include "transport/errors.hpp"
 #include "transport/type_ids.hpp"
 
 using namespace dualpath;
@@ -136,7 +137,9 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
       write_batch{
           281, traffic_class::control, 282, {write_op{283, 284, region(285)}}},
       {"281", "282", "283", "284", "\"node285\""});
-  check(batch_completion{291, 292, 293, "boom294"},
+  check(batch_completion{291, 292, 293,
+                         caf::make_error(transport::transport_errc::wrong_key,
+                                         "boom294")},
         {"291", "292", "293", "boom294"});
   check(
       node_info{"n301",
@@ -153,6 +156,10 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
         {"s331", "332", "m333", "334"});
   check(event_record{"s341", "reroute342", 343, 344, "d345"},
         {"s341", "reroute342", "343", "344", "d345"});
+  check(request_failure{351, engine(352),
+                        caf::make_error(transport::transport_errc::peer_lost,
+                                        "gone353")},
+        {"351", "\"eng352\"", "gone353"});
   // Every registered type was checked: adding a message without a test fails.
   CHECK_EQ(checked, registered_type_names().size());
 }

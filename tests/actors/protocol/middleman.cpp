@@ -91,6 +91,7 @@ TEST_CASE_FIXTURE(fixture, "scheduler interface over the middleman") {
         [](report_atom, const group_report&) {},
         [](enroll_atom, const engine_registration&) { return true; },
         [](done_atom, const request_result&) {},
+        [](fail_atom, const request_failure&) {},
     };
   }));
   auto res = ask<request_result>(
@@ -134,6 +135,7 @@ TEST_CASE_FIXTURE(fixture, "decode engine interface over the middleman") {
           return layer_ready{p.request_id, p.layer, p.tokens, 0};
         },
         [](prefilled_atom, const prefill_summary&) {},
+        [](release_atom, uint64_t) {},
         [](status_atom) { return engine_load{}; },
     };
   }));
@@ -204,7 +206,7 @@ TEST_CASE_FIXTURE(fixture, "bulk endpoint interface over the middleman") {
           return endpoint_info{"a", "tcp", "127.0.0.1:1", {}};
         },
         [](write_atom, const write_batch& w) {
-          return batch_completion{w.tag, 0, 0, ""};
+          return batch_completion{w.tag, 0, 0, caf::error{}};
         },
     };
   }));

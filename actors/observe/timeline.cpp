@@ -144,8 +144,8 @@ std::string timeline::to_json() const {
         if (s.layer >= 0 && (s.name == "send" || s.name == "receive")) {
           auto& ends = s.name == "send" ? sends : arrivals;
           auto space = s.node.rfind(' ');
-          auto section =
-              space == std::string::npos ? std::string{} : s.node.substr(0, space);
+          auto section = space == std::string::npos ? std::string{}
+                                                    : s.node.substr(0, space);
           ends[{section, s.request_id, s.layer}].push_back(
               slot{pid, tid + x.lane, s.begin_ns});
         }
@@ -165,30 +165,28 @@ std::string timeline::to_json() const {
     for (size_t k = 0; k < n; ++k, ++flow_id) {
       auto& a = out[k];
       auto& b = in->second[k];
-      json args = {{"request", std::get<1>(key)}, {"layer", std::get<2>(key)}};
-      events.push_back({{"name", "layer kv"},
-                        {"cat", "layer kv"},
-                        {"ph", "s"},
-                        {"id", flow_id},
-                        {"ts", micros(a.ts_ns)},
-                        {"pid", a.pid},
-                        {"tid", a.tid},
-                        {"args", args}});
-      events.push_back({{"name", "layer kv"},
-                        {"cat", "layer kv"},
-                        {"ph", "f"},
-                        {"bp", "e"},
-                        {"id", flow_id},
-                        {"ts", micros(b.ts_ns)},
-                        {"pid", b.pid},
-                        {"tid", b.tid},
-                        {"args", std::move(args)}});
+      auto end = [&](const char* ph, const slot& at) {
+        return json{
+            {"name", "layer kv"},
+            {"cat", "layer kv"},
+            {"ph", ph},
+            {"id", flow_id},
+            {"ts", micros(at.ts_ns)},
+            {"pid", at.pid},
+            {"tid", at.tid},
+            {"args",
+             {{"request", std::get<1>(key)}, {"layer", std::get<2>(key)}}}};
+      };
+      events.push_back(end("s", a));
+      auto last = end("f", b);
+      last["bp"] = "e";
+      events.push_back(std::move(last));
     }
   }
-  json doc = {{"displayTimeUnit", "ms"},
-              {"otherData",
-               {{"clock", "emulated time since the cluster's start"}}},
-              {"traceEvents", std::move(events)}};
+  json doc = {
+      {"displayTimeUnit", "ms"},
+      {"otherData", {{"clock", "emulated time since the cluster's start"}}},
+      {"traceEvents", std::move(events)}};
   return doc.dump() + "\n";
 }
 

@@ -33,6 +33,22 @@ int connect_to(uint16_t port) {
   return fd;
 }
 
+// Everything `fd` receives until the peer closes (or 5 s pass in silence).
+std::string read_to_end(int fd) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0)
+      break;
+    auto n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0)
+      break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
 // Sends `request` (then half-closes unless `half_close` is false) and returns
 // the whole answer.
 std::string exchange(uint16_t port, const std::string& request,
@@ -48,17 +64,7 @@ std::string exchange(uint16_t port, const std::string& request,
   }
   if (half_close)
     ::shutdown(fd, SHUT_WR);
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 5000) <= 0)
-      break;
-    auto n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0)
-      break;
-    out.append(buf, static_cast<size_t>(n));
-  }
+  auto out = read_to_end(fd);
   ::close(fd);
   return out;
 }
@@ -200,18 +206,7 @@ TEST_CASE_FIXTURE(fixture, "50 idle connections do not delay a scrape") {
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(1));
   // Each idle one gets its 408 at the head deadline, then the close.
   for (auto fd : idle) {
-    std::string out;
-    char buf[512];
-    for (;;) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 3000) <= 0)
-        break;
-      auto n = ::recv(fd, buf, sizeof(buf), 0);
-      if (n <= 0)
-        break;
-      out.append(buf, static_cast<size_t>(n));
-    }
-    CHECK(status_of(out) == 408);
+    CHECK(status_of(read_to_end(fd)) == 408);
     ::close(fd);
   }
   ::close(slow);

@@ -144,8 +144,8 @@ void publish(self_ptr self) {
 void trace(self_ptr self, const char* track, const char* name, uint64_t id,
            int64_t begin_ns, int64_t end_ns, uint64_t nominal_bytes = 0,
            const char* direction = "", int32_t layer = -1) {
-  span(self->state.cfg, track, name, id, layer, begin_ns, end_ns,
-       nominal_bytes, direction);
+  span(self->state.cfg, track, name, id, layer, begin_ns, end_ns, nominal_bytes,
+       direction);
 }
 
 void on_de_read(self_ptr self, uint64_t id, read_completion c) {

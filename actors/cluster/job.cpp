@@ -92,7 +92,14 @@ struct run_config : caf::actor_system_config {
           caf::timespan{std::chrono::milliseconds(
               cfg.integer("caf.profiling_resolution_ms"))});
     }
+    // CAF's own options (its config file, --scheduler.* and the like) over
+    // the caf.* keys; load() has checked them.
+    caf_error = config::apply(*this, cfg.caf());
+    if (simulate) // the deterministic scheduler, whatever CAF was told
+      set("scheduler.policy", caf::atom("testing"));
   }
+
+  caf::error caf_error;
 };
 
 // Samples every node's storage-NIC bytes while a mode runs.
@@ -413,6 +420,8 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   // -- the modes
   // ----------------------------------------------------------------
   run_config sys_cfg{cfg, opts.simulate};
+  if (sys_cfg.caf_error)
+    return std::move(sys_cfg.caf_error);
   caf::actor_system sys{sys_cfg};
   // Simulated time: actors that are still stopping (e.g. linked helpers of
   // the engines) need this thread to run their last jobs before the system
@@ -460,9 +469,10 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     auto cluster = embedded_cluster::make(sys, *spec, *store);
     if (cluster && hooks)
       hooks->bind((*cluster)->time());
-    auto watch =
-        cluster ? (*observation)->watch((*cluster)->nodes(), spec->byte_scale)
-                : nullptr;
+    auto watch = cluster ? (*observation)
+                               ->watch((*cluster)->nodes(), spec->byte_scale,
+                                       variant.name)
+                         : nullptr;
     if (!cluster)
       return cluster.error();
     auto setup_s = std::chrono::duration<double>(

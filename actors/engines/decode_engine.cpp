@@ -175,8 +175,8 @@ void publish(self_ptr self) {
 // track ("gpu<rank>") or its compute NIC's ("cnic<rank>"), emulated ns.
 void trace(self_ptr self, const char* track, const char* name, uint64_t id,
            int64_t begin_ns, int64_t end_ns, uint64_t nominal_bytes = 0,
-           const char* direction = "") {
-  span(self->state.cfg, track, name, id, -1, begin_ns, end_ns, nominal_bytes,
+           const char* direction = "", int32_t layer = -1) {
+  span(self->state.cfg, track, name, id, layer, begin_ns, end_ns, nominal_bytes,
        direction);
 }
 
@@ -914,10 +914,21 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
         auto t = std::max(now, from_ns(st.cfg.time, x.done_ns));
         auto nominal = nominal_of_real(x.bytes, st.cfg.model);
         if (nominal > 0) {
-          t = std::max({t, reserve(st.cfg.node->dram, nominal, now),
-                        reserve(rank_link(st.cfg.node->cnic_rx, st.cfg.id.rank),
-                                nominal, now)});
+          auto& link = rank_link(st.cfg.node->cnic_rx, st.cfg.id.rank);
+          auto rx = reserve(link, nominal, now);
+          t = std::max({t, reserve(st.cfg.node->dram, nominal, now), rx});
           r.result.bytes_pe_to_de += nominal;
+          if (link && link->rate() > 0) {
+            // The layer's arrival: this NIC's window for its bytes, the
+            // end of the flow from the prefill engine's send (timeline).
+            auto busy = std::chrono::nanoseconds(
+                static_cast<int64_t>(static_cast<double>(nominal) * 1e9
+                                     / static_cast<double>(link->rate())));
+            trace(self, "cnic", "receive", x.request_id,
+                  since_start(st.cfg.time, std::max(now, rx - busy)),
+                  since_start(st.cfg.time, rx), nominal, " rx",
+                  static_cast<int32_t>(x.layer));
+          }
         }
         r.last_arrival = std::max(r.last_arrival, t);
         ++r.layers_ready;

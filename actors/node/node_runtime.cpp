@@ -293,6 +293,8 @@ caf::error run_scheduler_node(const config::settings& cfg,
   if (!store)
     return store.error();
   node_system_config sys_cfg{cfg, cf, log};
+  if (sys_cfg.caf_error())
+    return sys_cfg.caf_error();
   caf::actor_system sys{sys_cfg};
   auto sched = spawn_scheduler(
       sys,
@@ -378,6 +380,8 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
     return made.error();
   std::shared_ptr<transport::bulk::backend> bulk{std::move(*made)};
   node_system_config sys_cfg{cfg, cf, log};
+  if (sys_cfg.caf_error())
+    return sys_cfg.caf_error();
   std::atomic<bool> lost{false};
   caf::error result;
   {
@@ -545,6 +549,8 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
   result.populated_blocks = pop->written + pop->present;
   // Join the deployment as a client.
   node_system_config sys_cfg{cfg, cf, log};
+  if (sys_cfg.caf_error())
+    return sys_cfg.caf_error();
   caf::actor_system sys{sys_cfg};
   auto& sn = cf.scheduler_node();
   auto sup_hdl = connect_actor(sys, sys_cfg.security(), sn.host, sn.port,

@@ -7,6 +7,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -259,4 +262,37 @@ TEST_CASE("gpu.backend: auto says where the KV lives once; cuda needs a GPU") {
   auto bad = run_process(small_run(dir, {"--set", "gpu.backend=tpu"}));
   CHECK(bad.status == 2);
   CHECK(bad.err.find("gpu.backend") != std::string::npos);
+}
+
+TEST_CASE("CAF's own options reach the run's actor system") {
+  // CAF's profiler writes one line per worker thread and sample: the worker
+  // ids show how many threads the scheduler ran.
+  temp_dir dir;
+  auto workers = [&](std::vector<std::string> extra) {
+    auto prof = dir.file("profile.txt");
+    std::remove(prof.c_str());
+    extra.insert(extra.end(), {"--mode", "basic", "--set", "caf.profiling=true",
+                               "--set", "caf.profiling_file=" + prof});
+    auto res = run_process(small_run(dir, extra));
+    REQUIRE_MESSAGE(res.status == 0, res.err);
+    std::ifstream in{prof};
+    std::set<int> ids;
+    std::string clock, type;
+    int id = 0;
+    std::string rest;
+    std::getline(in, rest); // the column names
+    while (in >> clock >> type >> id && std::getline(in, rest))
+      if (type == "worker")
+        ids.insert(id);
+    return ids.size();
+  };
+  auto ini = dir.file("caf.ini");
+  dualpath::test::write_file(ini, "[scheduler]\nmax-threads=5\n");
+  CHECK(workers({"--scheduler.max-threads=3"}) == 3);
+  CHECK(workers({"--config-file=" + ini}) == 5);
+  // The command line over the file, as CAF orders them.
+  CHECK(workers({"--config-file=" + ini, "--scheduler.max-threads=2"}) == 2);
+  auto bad = run_process(small_run(dir, {"--scheduler.max-threads=0"}));
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("'scheduler.max-threads' = 0") != std::string::npos);
 }

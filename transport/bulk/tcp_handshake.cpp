@@ -73,20 +73,17 @@ wire::challenge make_challenge(nonce& out) {
 caf::expected<authenticated_peer> check_hello(const std::string& secret,
                                               const nonce& sent,
                                               const wire::hello& h) {
-  bool ok = h.magic == wire::auth_magic && h.version == wire::version
-            && h.tclass < traffic_class_count
-            && wire::client_mac_ok(secret, sent, h);
-  if (!ok)
+  // The same check the fuzz target exercises (fuzz/tcp_frames.cpp).
+  auto parsed = wire::parse_hello(reinterpret_cast<const uint8_t*>(&h),
+                                  sizeof(h), secret, sent);
+  if (!parsed)
     return caf::make_error(transport_errc::unauthenticated,
                            "hello failed authentication");
   authenticated_peer p;
-  char node[sizeof(h.node)];
-  std::memcpy(node, h.node, sizeof(node));
-  node[sizeof(node) - 1] = 0;
-  p.node = node;
-  p.tclass = static_cast<traffic_class>(h.tclass);
+  p.node = parsed->node; // NUL-terminated by parse_hello
+  p.tclass = static_cast<traffic_class>(parsed->tclass);
   p.reply.magic = wire::auth_magic;
-  wire::server_mac(secret, h.nonce, p.reply);
+  wire::server_mac(secret, parsed->nonce, p.reply);
   return p;
 }
 

@@ -134,12 +134,15 @@ caf::error tcp_receiver::start() {
   port_ = ntohs(addr.sin_port);
   if (auto err = set_nonblocking(listen_.get()))
     return err;
-  for (size_t c = 0; c < traffic_class_count; ++c) {
-    auto tc = static_cast<traffic_class>(c);
-    loops_[c] = std::make_unique<loop>(ctx_, *this, tc);
+  // Every loop exists and runs before the accepting one (control) starts:
+  // it hands a connection to its class's loop at once (the TSan build found
+  // both races when a peer connected during start-up, commit 5248408).
+  for (size_t c = 0; c < traffic_class_count; ++c)
+    loops_[c] =
+        std::make_unique<loop>(ctx_, *this, static_cast<traffic_class>(c));
+  for (size_t c = traffic_class_count; c-- > 0;)
     if (auto err = loops_[c]->start(c == 0 ? listen_.get() : -1))
       return err;
-  }
   return caf::none;
 }
 
@@ -340,16 +343,17 @@ bool tcp_receiver::loop::handle_auth(in_conn& c) {
 }
 
 bool tcp_receiver::loop::handle_header(in_conn& c) {
-  std::memcpy(&c.hdr, c.buf.data(), sizeof(c.hdr));
-  auto& h = c.hdr;
-  if (h.magic != wire::frame_magic || h.version != wire::version
-      || (h.flags & ~wire::flag_immediate) != 0
-      || h.length > (ctx_.opts.max_frame_mib << 20)) {
+  // The same check the fuzz target exercises (fuzz/tcp_frames.cpp).
+  auto parsed = wire::parse_frame_header(c.buf.data(), c.buf.size(),
+                                         ctx_.opts.max_frame_mib << 20);
+  if (!parsed) {
     // The stream can no longer be trusted to be framed: drop it.
     ctx_.stats.rejected_bad_frame += 1;
     drop(c);
     return false;
   }
+  c.hdr = *parsed;
+  auto& h = c.hdr;
   c.done = 0;
   c.verdict =
       ctx_.regions.acquire(h.region_id, h.key, h.offset, h.length, c.pin);

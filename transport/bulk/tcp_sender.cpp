@@ -84,9 +84,13 @@ public:
     other_ = other;
   }
 
+  /// Makes the epoll set; both lanes' exist before either thread runs (a
+  /// lane wakes the other).
+  caf::error open() {
+    return poll_.open();
+  }
+
   caf::error start() {
-    if (auto err = poll_.open())
-      return err;
     return start_class_thread(thread_, ctx_.opts, tc_,
                               tc_ == traffic_class::control ? "dp-tcp-tx-ctl"
                                                             : "dp-tcp-tx-kv",
@@ -582,6 +586,9 @@ tcp_sender::~tcp_sender() {
 }
 
 caf::error tcp_sender::start() {
+  for (auto& l : lanes_)
+    if (auto err = l->open())
+      return err;
   for (auto& l : lanes_)
     if (auto err = l->start())
       return err;

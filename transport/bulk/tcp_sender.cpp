@@ -97,13 +97,14 @@ public:
                               [this] { run(); });
   }
 
-  /// Joins the thread (after both lanes were told to stop), then fails
-  /// whatever is left.
+  /// Tells the thread to end its loop (any thread).
   void request_stop() {
     stop_ = true;
     static_cast<void>(poll_.wake()); // else the bounded poll ends it
   }
 
+  /// Joins the thread (after both lanes were told to stop), then fails
+  /// whatever is left; from then on enqueue() refuses.
   void join() {
     if (thread_.joinable())
       thread_.join();

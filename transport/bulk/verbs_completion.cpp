@@ -1,0 +1,267 @@
+// The verbs backend's poller thread: work completions (batches done or
+// failed, WRITE_WITH_IMM notices received), deadlines and asynchronous
+// device events (see verbs_backend.hpp).
+//
+// Work request ids: a batch's id for its send work requests; receive work
+// requests carry recv_bit | the receiving connection's id, so a completion
+// never has to be matched by queue pair number (numbers are reused after a
+// queue pair is destroyed; ids never are).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+
+#include <algorithm>
+
+#include "transport/bulk/verbs_backend.hpp"
+
+namespace dualpath::transport::bulk {
+
+namespace {
+
+constexpr uint64_t recv_bit = uint64_t{1} << 63;
+constexpr int poll_batch = 64;
+
+transport_errc code_of(ibv_wc_status s) {
+  switch (s) {
+    case IBV_WC_REM_ACCESS_ERR:
+      return transport_errc::wrong_key;
+    case IBV_WC_REM_INV_REQ_ERR:
+      return transport_errc::out_of_bounds;
+    case IBV_WC_RETRY_EXC_ERR:
+    case IBV_WC_RNR_RETRY_EXC_ERR:
+    case IBV_WC_WR_FLUSH_ERR:
+    case IBV_WC_REM_OP_ERR:
+    case IBV_WC_REM_ABORT_ERR:
+      return transport_errc::peer_lost;
+    default:
+      return transport_errc::system_error;
+  }
+}
+
+} // namespace
+
+caf::error verbs_backend::post_recv(ibv_qp* qp, uint64_t conn) {
+  ibv_recv_wr wr{};
+  ibv_recv_wr* bad = nullptr;
+  wr.wr_id = recv_bit | conn;
+  wr.sg_list = nullptr;
+  wr.num_sge = 0; // WRITE_WITH_IMM carries no payload into the receive
+  return verbs::vcall("ibv_post_recv", ibv_post_recv(qp, &wr, &bad));
+}
+
+void verbs_backend::poll_loop() {
+  auto* ctx = dev_.context();
+  for (int fd : {channel_->fd, ctx->async_fd}) {
+    int flags = ::fcntl(fd, F_GETFL);
+    if (verbs::scall("fcntl(F_GETFL)", flags)
+        || verbs::scall("fcntl(F_SETFL)",
+                        ::fcntl(fd, F_SETFL, flags | O_NONBLOCK)))
+      break; // poll() below still guards the blocking calls
+  }
+  while (!stop_) {
+    pollfd fds[2] = {{channel_->fd, POLLIN, 0}, {ctx->async_fd, POLLIN, 0}};
+    int n = ::poll(fds, 2, 10);
+    if (n > 0 && (fds[0].revents & POLLIN)) {
+      ibv_cq* ev_cq = nullptr;
+      void* ev_ctx = nullptr;
+      if (ibv_get_cq_event(channel_.get(), &ev_cq, &ev_ctx) == 0) {
+        ibv_ack_cq_events(ev_cq, 1);
+        static_cast<void>(
+            verbs::vcall("ibv_req_notify_cq", ibv_req_notify_cq(cq_.get(), 0)));
+      }
+    }
+    done_list done;
+    std::vector<incoming_immediate> imms;
+    if (n > 0 && (fds[1].revents & POLLIN)) {
+      ibv_async_event ev{};
+      if (ibv_get_async_event(ctx, &ev) == 0) {
+        // Acknowledged before taking the lock: destroying a queue pair
+        // waits for its events' acknowledgements, under the lock.
+        auto copy = ev;
+        ibv_ack_async_event(&ev);
+        std::lock_guard<std::mutex> guard{mtx_};
+        on_async_event(copy, done);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      while (drain_cq(done, imms) == poll_batch) {
+        // more may be ready
+      }
+      check_deadlines(done);
+    }
+    deliver(done);
+    if (!imms.empty()) {
+      std::lock_guard<std::mutex> guard{handler_mtx_};
+      for (auto& x : imms)
+        if (handler_)
+          handler_(x);
+    }
+  }
+}
+
+int verbs_backend::drain_cq(done_list& done,
+                            std::vector<incoming_immediate>& imms) {
+  ibv_wc wcs[poll_batch];
+  int n = ibv_poll_cq(cq_.get(), poll_batch, wcs);
+  for (int i = 0; i < n; ++i)
+    on_completion(wcs[i], done, imms);
+  return n;
+}
+
+void verbs_backend::on_completion(const ibv_wc& wc, done_list& done,
+                                  std::vector<incoming_immediate>& imms) {
+  if (wc.wr_id & recv_bit) {
+    auto conn = wc.wr_id & ~recv_bit;
+    auto i = in_.find(conn);
+    if (i == in_.end())
+      return; // a torn-down connection's flushed receive
+    if (wc.status != IBV_WC_SUCCESS) {
+      if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+        // The receiving queue pair broke: end the connection, so the
+        // sender learns it from the side channel at once.
+        drop_incoming(conn);
+      }
+      return;
+    }
+    if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+      imms.push_back(incoming_immediate{i->second.peer, 0, ntohl(wc.imm_data)});
+      stats_.bytes_received += wc.byte_len;
+    }
+    for (auto& q : i->second.qps)
+      if (q.num() == wc.qp_num && q.state() != verbs::qp_state::error)
+        if (post_recv(q.get(), conn)) {
+          drop_incoming(conn);
+          break;
+        }
+    return;
+  }
+  auto b = batches_.find(wc.wr_id);
+  if (b == batches_.end())
+    return; // failed already (its connection broke); nothing left to do
+  auto& pb = b->second;
+  auto c = static_cast<size_t>(pb.b.tclass);
+  outgoing* o = nullptr;
+  if (auto k = out_.find(pb.peer); k != out_.end() && k->second.conn == pb.conn
+                                   && k->second.state == link_state::connected)
+    o = &k->second;
+  if (o != nullptr)
+    o->outstanding[c] -= std::min(o->outstanding[c], pb.wrs);
+  if (wc.status == IBV_WC_SUCCESS) {
+    if (pb.state != batch_state::expired)
+      done.emplace_back(std::move(pb.sink),
+                        completion{pb.b.tag, pb.bytes, 0, caf::none});
+    release(pb.id);
+  } else {
+    auto code = code_of(wc.status);
+    if (code == transport_errc::peer_lost && pb.state != batch_state::expired)
+      ++stats_.peer_lost;
+    auto peer = pb.peer;
+    fail(pb, code,
+         std::string{"work completion from "} + peer + ": "
+             + ibv_wc_status_str(wc.status),
+         done);
+    // An RC queue pair in error stays in error: the connection is over.
+    if (o != nullptr)
+      break_outgoing(*o, transport_errc::peer_lost,
+                     std::string{"connection to "} + peer + " broke ("
+                         + ibv_wc_status_str(wc.status) + ")",
+                     done);
+  }
+  if (o != nullptr && o->state == link_state::connected)
+    pump(*o, c, done);
+}
+
+void verbs_backend::check_deadlines(done_list& done) {
+  auto now = clock_type::now();
+  std::vector<uint64_t> due;
+  for (auto& [id, pb] : batches_)
+    if (now >= pb.b.deadline)
+      due.push_back(id);
+  for (auto id : due) {
+    auto b = batches_.find(id);
+    if (b == batches_.end())
+      continue; // ended with a connection broken meanwhile
+    auto& pb = b->second;
+    auto o = out_.find(pb.peer);
+    auto c = static_cast<size_t>(pb.b.tclass);
+    switch (pb.state) {
+      case batch_state::parked:
+      case batch_state::queued:
+        if (o != out_.end()) {
+          auto& x = o->second;
+          x.parked.erase(std::remove(x.parked.begin(), x.parked.end(), id),
+                         x.parked.end());
+          x.queued[c].erase(
+              std::remove(x.queued[c].begin(), x.queued[c].end(), id),
+              x.queued[c].end());
+        }
+        fail(pb, transport_errc::deadline_exceeded,
+             "verbs batch to " + pb.peer + " missed its deadline", done);
+        break;
+      case batch_state::posted:
+        // Answer now; the source stays in use until the device is done.
+        done.emplace_back(
+            std::move(pb.sink),
+            completion{pb.b.tag, 0, static_cast<uint32_t>(pb.b.writes.size()),
+                       caf::make_error(transport_errc::deadline_exceeded,
+                                       "verbs batch to " + pb.peer
+                                           + " missed its deadline")});
+        pb.state = batch_state::expired;
+        break;
+      case batch_state::expired:
+        if (now >= pb.b.deadline + opts_.io_timeout && o != out_.end()
+            && o->second.conn == pb.conn
+            && o->second.state == link_state::connected)
+          break_outgoing(o->second, transport_errc::peer_lost,
+                         "a batch to " + pb.peer
+                             + " stayed outstanding past its deadline",
+                         done);
+        break;
+    }
+  }
+}
+
+void verbs_backend::on_async_event(const ibv_async_event& ev, done_list& done) {
+  std::string what = std::string{"device event "}
+                     + ibv_event_type_str(ev.event_type) + " on " + dev_.name();
+  switch (ev.event_type) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_PATH_MIG_ERR: {
+      for (auto& [name, o] : out_)
+        for (auto& q : o.qps)
+          if (q && q.get() == ev.element.qp) {
+            break_outgoing(o, transport_errc::peer_lost, what, done);
+            break;
+          }
+      std::vector<uint64_t> hit;
+      for (auto& [conn, in] : in_)
+        for (auto& q : in.qps)
+          if (q && q.get() == ev.element.qp)
+            hit.push_back(conn);
+      for (auto conn : hit)
+        drop_incoming(conn);
+      break;
+    }
+    case IBV_EVENT_CQ_ERR:
+    case IBV_EVENT_PORT_ERR:
+    case IBV_EVENT_DEVICE_FATAL: {
+      // Every connection is gone with the port (or the device).
+      for (auto& [name, o] : out_)
+        break_outgoing(o, transport_errc::peer_lost, what, done);
+      std::vector<uint64_t> all;
+      for (auto& [conn, in] : in_)
+        all.push_back(conn);
+      for (auto conn : all)
+        drop_incoming(conn);
+      break;
+    }
+    default:
+      break; // PORT_ACTIVE, LID/GID changes, COMM_EST: nothing to undo
+  }
+  wake();
+}
+
+} // namespace dualpath::transport::bulk

@@ -90,9 +90,11 @@ std::vector<family_spec> standard_families() {
        k::counter,
        "Requests re-queued to another engine.",
        {}},
-      {"dualpath_tcp_fallback_total",
+      {"dualpath_bulk_tcp_fallback_total",
        k::counter,
-       "Bulk transports that fell back to TCP because RDMA was unavailable.",
+       "Peers a node's bulk transport reaches over tcp although "
+       "transport.backend = auto wanted verbs (no RDMA device, or the verbs "
+       "handshake with that peer failed).",
        {}},
   };
 }

@@ -9,7 +9,7 @@
 //    they appear on /metrics too;
 //  - event(event_record): forwarded; kinds "error", "reroute" and
 //    "tcp_fallback" also count dualpath_errors_total{source},
-//    dualpath_reroutes_total and dualpath_tcp_fallback_total;
+//    dualpath_reroutes_total and dualpath_bulk_tcp_fallback_total;
 //  - every `snapshot_period` it runs the registry's collectors and sends one
 //    state_snapshot per node (source = the node; samples = every series
 //    labelled with that node, other labels written into the sample name

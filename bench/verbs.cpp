@@ -1,0 +1,204 @@
+// bench_verbs: throughput of the verbs bulk backend between this process and
+// a forked receiver process, each on its own RDMA device, LevelDB db_bench
+// style: the named workloads below, several runs each, median and spread.
+// bench/verbs.sh runs it inside the rdma-vm guest against perftest's
+// ib_write_bw on the same device pair.
+//
+//   verbs_<size>  RDMA WRITEs of <size> into a 64 MiB region, `window`
+//                 batches in flight, for `seconds` per run.
+//
+// Devices: $DUALPATH_VERBS_DEVICE (sender), $DUALPATH_VERBS_PEER_DEVICE
+// (receiver); empty: the first device.
+// Usage: bench_verbs [--runs N] [--seconds S] [--only NAME] [--window W]
+// Output: one line per workload:
+//   <name> size=<bytes> median_gbps=X min_gbps=Y max_gbps=Z
+// (GB/s = 1e9 bytes/s).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include "bench/bulk_peer.hpp"
+#include "config/errors.hpp"
+
+using namespace dualpath;
+using namespace dualpath::transport::bulk;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+struct workload {
+  const char* name;
+  uint64_t size;
+};
+
+const workload workloads[] = {
+    {"verbs_64k", 64 << 10},
+    {"verbs_1m", 1 << 20},
+    {"verbs_4m", 4 << 20},
+};
+
+constexpr uint64_t region_len = 64 << 20;
+const char* secret = "bench";
+
+options verbs_options(const char* node, const char* device_env) {
+  options o;
+  o.node = node;
+  o.secret = secret;
+  if (auto d = std::getenv(device_env))
+    o.verbs_device = d;
+  return o;
+}
+
+/// The receiver child: one region, its details on `fd`, then waits.
+[[noreturn]] void receiver(int fd) {
+  auto be = make_verbs_backend(
+      verbs_options("receiver", "DUALPATH_VERBS_PEER_DEVICE"));
+  if (!be) {
+    std::fprintf(stderr, "bench_verbs receiver: %s\n",
+                 config::message_of(be.error()).c_str());
+    _exit(1);
+  }
+  std::vector<uint8_t> buf(region_len, 0);
+  auto reg = (*be)->register_region(buf.data(), buf.size());
+  if (!reg)
+    _exit(1);
+  auto d = (*be)->details_for("sender");
+  std::string msg{d->begin(), d->end()};
+  msg += " " + std::to_string(reg->id()) + " "
+         + std::to_string(reg->describe().key) + "\n";
+  if (::write(fd, msg.data(), msg.size()) < 0)
+    _exit(1);
+  for (;;)
+    ::pause();
+}
+
+double run_once(backend& be, const local_registration& src,
+                const transport::remote_region& dst, uint64_t size,
+                double seconds, int window) {
+  std::mutex mtx;
+  std::condition_variable cv;
+  int inflight = 0;
+  uint64_t bytes = 0;
+  std::string failure;
+  uint64_t slots = region_len / size;
+  uint64_t next = 0;
+  auto start = clk::now();
+  auto stop = start + std::chrono::duration<double>(seconds);
+  std::unique_lock<std::mutex> guard{mtx};
+  while (clk::now() < stop && failure.empty()) {
+    cv.wait(guard, [&] { return inflight < window; });
+    ++inflight;
+    batch b;
+    b.tclass = transport::traffic_class::kv;
+    auto off = (next++ % slots) * size;
+    b.writes.push_back({&src, off, *dst.subrange(off, size)});
+    guard.unlock();
+    be.post(std::move(b), [&](completion c) {
+      std::lock_guard<std::mutex> g{mtx};
+      --inflight;
+      if (c.error)
+        failure = config::message_of(c.error);
+      else
+        bytes += c.bytes;
+      cv.notify_all();
+    });
+    guard.lock();
+  }
+  cv.wait(guard, [&] { return inflight == 0; });
+  double secs = std::chrono::duration<double>(clk::now() - start).count();
+  if (!failure.empty()) {
+    std::fprintf(stderr, "bench_verbs: a write failed: %s\n", failure.c_str());
+    std::exit(1);
+  }
+  return static_cast<double>(bytes) / secs / 1e9;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  int runs = 5;
+  double seconds = 2.0;
+  int window = 0;
+  std::string only;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--runs")
+      runs = std::atoi(argv[i + 1]);
+    else if (k == "--seconds")
+      seconds = std::atof(argv[i + 1]);
+    else if (k == "--only")
+      only = argv[i + 1];
+    else if (k == "--window")
+      window = std::atoi(argv[i + 1]);
+  }
+  int fds[2];
+  if (::pipe(fds) != 0)
+    return 1;
+  pid_t pid = ::fork(); // before any thread or registration of ours
+  if (pid == 0) {
+    ::close(fds[0]);
+    receiver(fds[1]);
+  }
+  ::close(fds[1]);
+  std::string line;
+  char ch;
+  while (::read(fds[0], &ch, 1) == 1 && ch != '\n')
+    line += ch;
+  ::close(fds[0]);
+  std::istringstream in{line};
+  std::string details;
+  transport::remote_region dst;
+  in >> details >> dst.region_id >> dst.key;
+  dst.node = "receiver";
+  dst.length = region_len;
+  int rc = 0;
+  if (details.empty()) {
+    std::fprintf(stderr, "bench_verbs: the receiver did not start\n");
+    rc = 1;
+  } else {
+    auto be =
+        make_verbs_backend(verbs_options("sender", "DUALPATH_VERBS_DEVICE"));
+    if (!be) {
+      std::fprintf(stderr, "bench_verbs: %s\n",
+                   config::message_of(be.error()).c_str());
+      rc = 1;
+    } else {
+      std::vector<uint8_t> src(region_len, 0x5A);
+      auto reg = (*be)->register_region(src.data(), src.size());
+      if (auto err =
+              (*be)->connect("receiver", {details.begin(), details.end()})) {
+        std::fprintf(stderr, "bench_verbs: connect: %s\n",
+                     config::message_of(err).c_str());
+        rc = 1;
+      }
+      for (auto& w : workloads) {
+        if (rc != 0 || (!only.empty() && only != w.name))
+          continue;
+        // As ib_write_bw: about 16 MiB (at least 4 writes) in flight.
+        int win =
+            window > 0
+                ? window
+                : static_cast<int>(std::max<uint64_t>(4, (16 << 20) / w.size));
+        run_once(**be, *reg, dst, w.size, 0.5, win); // warm-up
+        std::vector<double> xs;
+        for (int r = 0; r < runs; ++r)
+          xs.push_back(run_once(**be, *reg, dst, w.size, seconds, win));
+        auto s = bench::summarize(xs);
+        std::printf("%s size=%llu median_gbps=%.4f min_gbps=%.4f "
+                    "max_gbps=%.4f window=%d\n",
+                    w.name, static_cast<unsigned long long>(w.size), s.median,
+                    s.min, s.max, win);
+        std::fflush(stdout);
+      }
+    }
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return rc;
+}

@@ -44,6 +44,7 @@
 // completion sink.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -184,6 +185,24 @@ private:
     std::vector<uint8_t> body;
   };
 
+  /// A handshake being served: challenge sent, hello awaited.
+  struct half_open {
+    verbs::channel ch;
+    uint8_t nonce[32] = {};
+    clock_type::time_point until{};
+  };
+
+  /// Bound of each handshake step: io_timeout, but at least 10 s, since a
+  /// step includes queue pair transitions that resolve the peer's address
+  /// (ARP on RoCE), slow on a loaded host. Posts do not wait for it.
+  std::chrono::milliseconds handshake_timeout() const {
+    return std::max<std::chrono::milliseconds>(opts_.io_timeout,
+                                               std::chrono::seconds{10});
+  }
+
+  /// Handshakes served at once; more connections are closed at once.
+  static constexpr size_t max_half_open = 64;
+
   struct client_result {
     verbs::channel ch;
     verbs::queue_pair qps[traffic_class_count];
@@ -220,9 +239,12 @@ private:
   void finish_attempt(const std::string& peer, uint64_t attempt,
                       caf::expected<client_result> res, done_list& done);
   void side_loop();
-  /// Returns the new receiving connection's id and its side channel (id 0
-  /// when the handshake failed).
-  std::pair<uint64_t, verbs::channel> serve_handshake(verbs::channel ch);
+  /// Sends an accepted connection the challenge.
+  caf::expected<half_open> greet(verbs::channel ch);
+  /// Serves the rest with the hello `f` that arrived; returns the new
+  /// receiving connection's id and its side channel (id 0 when it failed).
+  std::pair<uint64_t, verbs::channel>
+  serve_handshake(half_open h, caf::expected<verbs::frame> f);
   void on_side_frame(uint64_t conn, verbs::frame f);
   void on_side_lost(uint64_t conn, bool sender, const caf::error& why);
   void wake();

@@ -8,6 +8,7 @@
 // their own.
 #include <poll.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 
@@ -109,7 +110,7 @@ caf::error verbs_backend::connect(const std::string& peer,
   if (o.state != link_state::connecting)
     start_attempt(o);
   auto attempt = o.attempt;
-  auto limit = opts_.io_timeout * 3 + std::chrono::seconds{1};
+  auto limit = handshake_timeout() * 3 + std::chrono::seconds{1};
   cv_.wait_for(guard, limit, [&] {
     auto& x = out_[peer];
     return stop_ || x.attempt != attempt || x.state != link_state::connecting;
@@ -167,7 +168,7 @@ caf::expected<verbs_backend::client_result> verbs_backend::client_handshake(
   auto ch = verbs::channel::dial(address.host, address.port, opts_.io_timeout);
   if (!ch)
     return ch.error();
-  auto f = ch->receive(opts_.io_timeout);
+  auto f = ch->receive(handshake_timeout());
   if (!f)
     return f.error();
   if (f->type != frame_type::challenge)
@@ -234,7 +235,9 @@ caf::expected<verbs_backend::client_result> verbs_backend::client_handshake(
   w.raw(mac, 32);
   if (auto err = ch->send(frame_type::hello, w.bytes(), opts_.io_timeout))
     return give_back(std::move(err));
-  auto g = ch->receive(opts_.io_timeout);
+  // The peer answers after its queue pairs reached RTR, which resolves our
+  // address first (ARP on RoCE): allow for that.
+  auto g = ch->receive(handshake_timeout());
   if (!g)
     return give_back(g.error());
   if (g->type == frame_type::refused) {
@@ -333,8 +336,26 @@ void verbs_backend::finish_attempt(const std::string& peer, uint64_t attempt,
   }
 }
 
+caf::expected<verbs_backend::half_open>
+verbs_backend::greet(verbs::channel ch) {
+  half_open h;
+  random_nonce(h.nonce);
+  verbs::wire_writer w;
+  w.u16(verbs::wire_version);
+  w.raw(h.nonce, 32);
+  w.text(opts_.node);
+  w.u64(incarnation_);
+  if (auto err = ch.send(frame_type::challenge, w.bytes(), opts_.io_timeout))
+    return err;
+  h.ch = std::move(ch);
+  h.until = clock_type::now() + handshake_timeout();
+  return h;
+}
+
 std::pair<uint64_t, verbs::channel>
-verbs_backend::serve_handshake(verbs::channel ch) {
+verbs_backend::serve_handshake(half_open h, caf::expected<verbs::frame> f) {
+  auto& ch = h.ch;
+  const auto* nonce_s = h.nonce;
   auto none = std::pair<uint64_t, verbs::channel>{0, verbs::channel{}};
   auto say_no = [&](const std::string& why) {
     verbs::wire_writer w;
@@ -343,16 +364,6 @@ verbs_backend::serve_handshake(verbs::channel ch) {
         ch.send(frame_type::refused, w.bytes(), opts_.io_timeout));
     return std::pair<uint64_t, verbs::channel>{0, verbs::channel{}};
   };
-  uint8_t nonce_s[32];
-  random_nonce(nonce_s);
-  verbs::wire_writer w;
-  w.u16(verbs::wire_version);
-  w.raw(nonce_s, 32);
-  w.text(opts_.node);
-  w.u64(incarnation_);
-  if (ch.send(frame_type::challenge, w.bytes(), opts_.io_timeout))
-    return none;
-  auto f = ch.receive(opts_.io_timeout);
   if (!f || f->type != frame_type::hello) {
     std::lock_guard<std::mutex> guard{mtx_};
     ++stats_.dropped_half_open;
@@ -442,6 +453,7 @@ void verbs_backend::side_loop() {
     bool sender = false;
   };
   std::map<uint64_t, link> links;
+  std::vector<half_open> greeting;
   while (!stop_) {
     std::vector<pollfd> fds;
     std::vector<uint64_t> conns;
@@ -451,6 +463,9 @@ void verbs_backend::side_loop() {
       fds.push_back(pollfd{l.ch.fd(), POLLIN, 0});
       conns.push_back(conn);
     }
+    const size_t greeted = greeting.size();
+    for (auto& h : greeting)
+      fds.push_back(pollfd{h.ch.fd(), POLLIN, 0});
     int n = ::poll(fds.data(), fds.size(), 200);
     if (n < 0 && errno != EINTR)
       static_cast<void>(verbs::scall("poll", n)); // retried next round
@@ -476,14 +491,38 @@ void verbs_backend::side_loop() {
     }
     if (stop_)
       break;
+    // Handshakes being served wait for their hello without holding up the
+    // others (a slow peer costs only itself, at most handshake_timeout()).
+    for (size_t k = 0; k < greeted; ++k) {
+      auto& h = greeting[k];
+      auto ev = fds[2 + conns.size() + k].revents;
+      if ((ev & (POLLIN | POLLHUP | POLLERR)) == 0
+          && clock_type::now() < h.until)
+        continue;
+      auto f = (ev & (POLLIN | POLLHUP | POLLERR)) != 0
+                   ? h.ch.receive(opts_.io_timeout)
+                   : caf::expected<verbs::frame>{
+                       refused(transport_errc::peer_lost, "no hello")};
+      auto [conn, served] = serve_handshake(std::move(h), std::move(f));
+      if (conn != 0)
+        links[conn] = link{std::move(served), false};
+      h.ch = verbs::channel{};
+    }
+    greeting.erase(std::remove_if(greeting.begin(), greeting.end(),
+                                  [](const half_open& h) { return !h.ch; }),
+                   greeting.end());
     if (fds[0].revents & POLLIN)
       for (;;) {
         auto ch = listener_.accept();
         if (!ch || !*ch)
           break;
-        auto [conn, served] = serve_handshake(std::move(*ch));
-        if (conn != 0)
-          links[conn] = link{std::move(served), false};
+        if (greeting.size() >= max_half_open) {
+          std::lock_guard<std::mutex> guard{mtx_};
+          ++stats_.dropped_half_open;
+          continue; // closed: too many handshakes at once
+        }
+        if (auto h = greet(std::move(*ch)))
+          greeting.push_back(std::move(*h));
       }
     for (size_t k = 0; k < conns.size(); ++k) {
       if ((fds[k + 2].revents & (POLLIN | POLLHUP | POLLERR)) == 0)

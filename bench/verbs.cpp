@@ -13,6 +13,7 @@
 // Output: one line per workload:
 //   <name> size=<bytes> median_gbps=X min_gbps=Y max_gbps=Z
 // (GB/s = 1e9 bytes/s).
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,6 +51,8 @@ options verbs_options(const char* node, const char* device_env) {
   options o;
   o.node = node;
   o.secret = secret;
+  // A throughput run keeps its window full: deadlines only catch a hang.
+  o.default_deadline = std::chrono::seconds{120};
   if (auto d = std::getenv(device_env))
     o.verbs_device = d;
   return o;
@@ -57,6 +60,10 @@ options verbs_options(const char* node, const char* device_env) {
 
 /// The receiver child: one region, its details on `fd`, then waits.
 [[noreturn]] void receiver(int fd) {
+  // Not the parent's stdout: whoever reads it waits for its end.
+  int null = ::open("/dev/null", O_WRONLY);
+  if (null >= 0)
+    ::dup2(null, 1);
   auto be = make_verbs_backend(
       verbs_options("receiver", "DUALPATH_VERBS_PEER_DEVICE"));
   if (!be) {
@@ -114,7 +121,7 @@ double run_once(backend& be, const local_registration& src,
   double secs = std::chrono::duration<double>(clk::now() - start).count();
   if (!failure.empty()) {
     std::fprintf(stderr, "bench_verbs: a write failed: %s\n", failure.c_str());
-    std::exit(1);
+    return -1;
   }
   return static_cast<double>(bytes) / secs / 1e9;
 }
@@ -185,10 +192,16 @@ int main(int argc, char** argv) {
             window > 0
                 ? window
                 : static_cast<int>(std::max<uint64_t>(4, (16 << 20) / w.size));
-        run_once(**be, *reg, dst, w.size, 0.5, win); // warm-up
         std::vector<double> xs;
-        for (int r = 0; r < runs; ++r)
+        if (run_once(**be, *reg, dst, w.size, 0.5, win) < 0) // warm-up
+          rc = 1;
+        for (int r = 0; r < runs && rc == 0; ++r) {
           xs.push_back(run_once(**be, *reg, dst, w.size, seconds, win));
+          if (xs.back() < 0)
+            rc = 1;
+        }
+        if (rc != 0)
+          continue;
         auto s = bench::summarize(xs);
         std::printf("%s size=%llu median_gbps=%.4f min_gbps=%.4f "
                     "max_gbps=%.4f window=%d\n",

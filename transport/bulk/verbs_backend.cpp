@@ -582,8 +582,9 @@ void verbs_backend::drop_peer(const std::string& peer) {
     if (i != out_.end()) {
       break_outgoing(i->second, transport_errc::peer_lost, "dropped " + peer,
                      done);
-      if (i->second.state != link_state::connecting)
-        out_.erase(i); // forgets the address: connect() again to reach it
+      // Forgets the address (connect() again to reach it); a handshake in
+      // flight finds no entry when it ends and is discarded.
+      out_.erase(i);
     }
     std::vector<uint64_t> gone;
     for (auto& [conn, in] : in_)

@@ -146,7 +146,7 @@ private:
     uint64_t incarnation = 0; ///< Expected from the details (0: any).
     link_state state = link_state::idle;
     uint64_t conn = 0;    ///< Id of the current connection.
-    uint64_t attempt = 0; ///< Handshake attempts started.
+    uint64_t attempt = 0; ///< The handshake attempt in flight or last.
     caf::error last_error;
     clock_type::time_point retry_at{};
     verbs::queue_pair qps[traffic_class_count];
@@ -280,6 +280,7 @@ private:
   uint32_t next_region_ = 1;
   uint64_t next_batch_ = 1;
   uint64_t next_conn_ = 1;
+  uint64_t next_attempt_ = 1;
   counters stats_;
   std::atomic<bool> stop_{false};
   std::mutex handler_mtx_;

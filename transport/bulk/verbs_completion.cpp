@@ -124,10 +124,10 @@ void verbs_backend::on_completion(const ibv_wc& wc, done_list& done,
       }
       return;
     }
-    if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    // (One-sided writes are invisible to the receiver: bytes_received stays
+    // 0 on verbs.)
+    if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM)
       imms.push_back(incoming_immediate{i->second.peer, 0, ntohl(wc.imm_data)});
-      stats_.bytes_received += wc.byte_len;
-    }
     for (auto& q : i->second.qps)
       if (q.num() == wc.qp_num && q.state() != verbs::qp_state::error)
         if (post_recv(q.get(), conn)) {

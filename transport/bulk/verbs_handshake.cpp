@@ -107,7 +107,8 @@ caf::error verbs_backend::connect(const std::string& peer,
     deliver(done);
     return caf::none;
   }
-  if (o.state != link_state::connecting)
+  // A handshake in flight towards the old details is superseded.
+  if (o.state != link_state::connecting || moved)
     start_attempt(o);
   auto attempt = o.attempt;
   auto limit = handshake_timeout() * 3 + std::chrono::seconds{1};
@@ -129,7 +130,7 @@ caf::error verbs_backend::connect(const std::string& peer,
 
 void verbs_backend::start_attempt(outgoing& o) {
   o.state = link_state::connecting;
-  ++o.attempt;
+  o.attempt = next_attempt_++; // unique: a stale attempt never matches
   connect_jobs_.emplace_back(o.peer, o.attempt);
   cv_.notify_all();
 }

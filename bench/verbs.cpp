@@ -5,11 +5,12 @@
 // ib_write_bw on the same device pair.
 //
 //   verbs_<size>  RDMA WRITEs of <size> into a 64 MiB region, `window`
-//                 batches in flight, for `seconds` per run.
+//                 batches in flight (default: 16 MiB, at least 4; the send
+//                 queue 256 deep), `bytes` per run.
 //
 // Devices: $DUALPATH_VERBS_DEVICE (sender), $DUALPATH_VERBS_PEER_DEVICE
 // (receiver); empty: the first device.
-// Usage: bench_verbs [--runs N] [--seconds S] [--only NAME] [--window W]
+// Usage: bench_verbs [--runs N] [--bytes B] [--only NAME] [--window W]
 // Output: one line per workload:
 //   <name> size=<bytes> median_gbps=X min_gbps=Y max_gbps=Z
 // (GB/s = 1e9 bytes/s).
@@ -21,6 +22,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <functional>
 #include <mutex>
 #include <sstream>
 
@@ -85,60 +87,77 @@ options verbs_options(const char* node, const char* device_env) {
     ::pause();
 }
 
+/// Writes `count` x `size` bytes with `window` batches in flight; GB/s
+/// from the first post to the last completion (-1 if a write failed). The
+/// first window is posted here, every later write from the completion of an
+/// earlier one (on the backend's thread, as perftest's single loop does).
 double run_once(backend& be, const local_registration& src,
                 const transport::remote_region& dst, uint64_t size,
-                double seconds, int window) {
-  std::mutex mtx;
-  std::condition_variable cv;
-  int inflight = 0;
-  uint64_t bytes = 0;
-  std::string failure;
-  uint64_t slots = region_len / size;
-  uint64_t next = 0;
-  auto start = clk::now();
-  auto stop = start + std::chrono::duration<double>(seconds);
-  std::unique_lock<std::mutex> guard{mtx};
-  while (clk::now() < stop && failure.empty()) {
-    cv.wait(guard, [&] { return inflight < window; });
-    ++inflight;
+                uint64_t count, int window) {
+  struct state {
+    std::mutex mtx;
+    std::condition_variable cv;
+    uint64_t posted = 0;
+    uint64_t done = 0;
+    uint64_t bytes = 0;
+    std::string failure;
+  } st;
+  const uint64_t slots = region_len / size;
+  std::function<void()> post_one = [&] {
+    uint64_t next = 0;
+    {
+      std::lock_guard<std::mutex> g{st.mtx};
+      if (st.posted >= count || !st.failure.empty())
+        return;
+      next = st.posted++;
+    }
     batch b;
     b.tclass = transport::traffic_class::kv;
-    auto off = (next++ % slots) * size;
+    auto off = (next % slots) * size;
     b.writes.push_back({&src, off, *dst.subrange(off, size)});
-    guard.unlock();
     be.post(std::move(b), [&](completion c) {
-      std::lock_guard<std::mutex> g{mtx};
-      --inflight;
-      if (c.error)
-        failure = config::message_of(c.error);
-      else
-        bytes += c.bytes;
-      cv.notify_all();
+      {
+        std::lock_guard<std::mutex> g{st.mtx};
+        if (c.error)
+          st.failure = config::message_of(c.error);
+        else
+          st.bytes += c.bytes;
+      }
+      post_one(); // before this one counts as done: the waiter stays
+      std::lock_guard<std::mutex> g{st.mtx};
+      ++st.done;
+      st.cv.notify_all(); // the last touch of st
     });
-    guard.lock();
-  }
-  cv.wait(guard, [&] { return inflight == 0; });
+  };
+  auto start = clk::now();
+  for (int i = 0; i < window; ++i)
+    post_one();
+  std::unique_lock<std::mutex> guard{st.mtx};
+  st.cv.wait(guard, [&] {
+    return st.done == st.posted && (st.posted >= count || !st.failure.empty());
+  });
   double secs = std::chrono::duration<double>(clk::now() - start).count();
-  if (!failure.empty()) {
-    std::fprintf(stderr, "bench_verbs: a write failed: %s\n", failure.c_str());
+  if (!st.failure.empty()) {
+    std::fprintf(stderr, "bench_verbs: a write failed: %s\n",
+                 st.failure.c_str());
     return -1;
   }
-  return static_cast<double>(bytes) / secs / 1e9;
+  return static_cast<double>(st.bytes) / secs / 1e9;
 }
 
 } // namespace
 
 int main(int argc, char** argv) {
   int runs = 5;
-  double seconds = 2.0;
+  uint64_t total = 96ull << 20;
   int window = 0;
   std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--runs")
       runs = std::atoi(argv[i + 1]);
-    else if (k == "--seconds")
-      seconds = std::atof(argv[i + 1]);
+    else if (k == "--bytes")
+      total = std::strtoull(argv[i + 1], nullptr, 10);
     else if (k == "--only")
       only = argv[i + 1];
     else if (k == "--window")
@@ -169,8 +188,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench_verbs: the receiver did not start\n");
     rc = 1;
   } else {
-    auto be =
-        make_verbs_backend(verbs_options("sender", "DUALPATH_VERBS_DEVICE"));
+    // The send queue as deep as the window, as ib_write_bw's -t.
+    auto o = verbs_options("sender", "DUALPATH_VERBS_DEVICE");
+    o.verbs_max_outstanding = 256;
+    auto be = make_verbs_backend(o);
     if (!be) {
       std::fprintf(stderr, "bench_verbs: %s\n",
                    config::message_of(be.error()).c_str());
@@ -193,10 +214,13 @@ int main(int argc, char** argv) {
                 ? window
                 : static_cast<int>(std::max<uint64_t>(4, (16 << 20) / w.size));
         std::vector<double> xs;
-        if (run_once(**be, *reg, dst, w.size, 0.5, win) < 0) // warm-up
+        uint64_t count = std::max<uint64_t>(total / w.size, 1);
+        if (run_once(**be, *reg, dst, w.size, std::max<uint64_t>(count / 8, 4),
+                     win)
+            < 0) // warm-up
           rc = 1;
         for (int r = 0; r < runs && rc == 0; ++r) {
-          xs.push_back(run_once(**be, *reg, dst, w.size, seconds, win));
+          xs.push_back(run_once(**be, *reg, dst, w.size, count, win));
           if (xs.back() < 0)
             rc = 1;
         }

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# bench/run verbs [--runs N] [--seconds S]: the verbs bulk backend against
+# bench/run verbs [--runs N] [--bytes B]: the verbs bulk backend against
 # perftest's ib_write_bw on the same RDMA device pair, at 64 KiB, 1 MiB and
 # 4 MiB writes. On a host without rxe devices it boots the rdma-vm guest
 # (tests/rdma/lib.sh; Soft-RoCE rxe1 -> rxe0 there) and runs itself inside.
 # Both write from rxe1 to rxe0 with about 16 MiB (at least 4 writes) posted
-# at a time (bench_verbs' window, ib_write_bw's -t); every tool
-# gets the same number of runs of the same length, median taken.
+# at a time (bench_verbs' window and send queue, ib_write_bw's -t); every
+# run of either moves the same B bytes (default 96 MiB; ib_write_bw -n), the
+# rate is B over the time from the first write to the last completion;
+# every tool gets the same number of runs, median taken.
 #
 # Under the rdma-vm guest the devices are Soft-RoCE under software emulation
 # (TCG): the absolute rates are the emulator's, tens of MB/s, and say nothing
@@ -21,12 +23,12 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 BUILD_DIR=${BUILD_DIR:-$root/build-bench}
 runs=5
-seconds=3
+bytes=100663296
 args=("$@")
 while [ $# -gt 0 ]; do
   case $1 in
     --runs) runs=$2; shift 2 ;;
-    --seconds) seconds=$2; shift 2 ;;
+    --bytes) bytes=$2; shift 2 ;;
     *) echo "bench verbs: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -65,18 +67,19 @@ fi
 # The guest (or any host with rxe0/rxe1).
 ulimit -l unlimited 2>/dev/null || true
 tx=rxe1 rx=rxe0 rx_ip=10.77.0.1 gid=1
-echo "# Soft-RoCE $tx -> $rx, runs=$runs seconds=$seconds; $(nproc) CPUs; absolute rates are emulation's"
+echo "# Soft-RoCE $tx -> $rx, runs=$runs bytes=$bytes; $(nproc) CPUs; absolute rates are emulation's"
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 spread() { sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%s..%s", lo, hi}'; }
 port=18600
-perftest_gbps() { # size -> GB/s of one ib_write_bw run
+perftest_gbps() { # size -> GB/s of one ib_write_bw run of $bytes
   # The same depth as bench_verbs: about 16 MiB (at least 4 writes) posted.
-  local size=$1 p=$((port++)) depth=$(( 16777216 / $1 ))
+  local size=$1 p=$((port++)) depth=$(( 16777216 / $1 )) iters=$(( bytes / $1 ))
   [ "$depth" -lt 4 ] && depth=4
-  ib_write_bw -d "$rx" -x "$gid" -s "$size" -D "$seconds" -t "$depth" -F -p "$p" --report_gbits >/dev/null 2>&1 &
+  [ "$depth" -gt "$iters" ] && depth=$iters
+  ib_write_bw -d "$rx" -x "$gid" -s "$size" -n "$iters" -t "$depth" -F -p "$p" --report_gbits >/dev/null 2>&1 &
   local srv=$!
   sleep 1
-  timeout $((seconds + 60)) ib_write_bw -d "$tx" -x "$gid" -s "$size" -D "$seconds" -t "$depth" -F -p "$p" \
+  timeout 600 ib_write_bw -d "$tx" -x "$gid" -s "$size" -n "$iters" -t "$depth" -F -p "$p" \
       --report_gbits "$rx_ip" 2>/dev/null |
     awk -v s="$size" '$1 == s {printf "%.5f\n", $4 / 8}' || true
   wait "$srv" 2>/dev/null || true
@@ -86,7 +89,7 @@ for pair in "64k 65536" "1m 1048576" "4m 4194304"; do
   set -- $pair
   name=$1 size=$2
   line=$(DUALPATH_VERBS_DEVICE=$tx DUALPATH_VERBS_PEER_DEVICE=$rx \
-         "$bin" --runs "$runs" --seconds "$seconds" --only "verbs_$name")
+         "$bin" --runs "$runs" --bytes "$bytes" --only "verbs_$name")
   echo "$line"
   ours[$name]=$(echo "$line" | awk '{for(i=1;i<=NF;i++) if ($i ~ /^median_gbps=/) {sub("median_gbps=","",$i); print $i}}')
   vals=()

@@ -405,6 +405,7 @@ void verbs_backend::pump(outgoing& o, size_t c, done_list& done) {
                      "to " + o.peer);
     pb.state = batch_state::posted;
     pb.conn = o.conn;
+    ++inflight_;
     if (err) {
       // Some of the chain may be on the queue pair already: only stopping
       // the queue pair makes sure none of it still reads the source.
@@ -436,6 +437,9 @@ void verbs_backend::release(uint64_t id) {
   auto i = batches_.find(id);
   if (i == batches_.end())
     return;
+  if (i->second.state == batch_state::posted
+      || i->second.state == batch_state::expired)
+    --inflight_;
   for (auto s : i->second.sources) {
     auto m = mrs_.find(s);
     if (m != mrs_.end() && m->second.uses > 0)
@@ -521,6 +525,7 @@ caf::error verbs_backend::grow_cq(int entries) {
   if (need > cq_capacity_) {
     int want =
         std::min(dev_.max_cqe(), std::max(need + need / 4, 2 * cq_capacity_));
+    std::lock_guard<std::mutex> guard{cq_mtx_};
     if (auto err = verbs::vcall("ibv_resize_cq", ibv_resize_cq(cq_.get(), want),
                                 std::to_string(want) + " entries"))
       return err;

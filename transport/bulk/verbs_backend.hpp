@@ -111,6 +111,10 @@ private:
   /// After a failed handshake, posts to that peer fail at once this long.
   static constexpr std::chrono::seconds retry_pause{1};
 
+  /// The poller spins while batches are outstanding and the last
+  /// completion came less than this long ago (then sleeps on events).
+  static constexpr std::chrono::milliseconds spin_window{5};
+
   /// A sender's connection towards one peer.
   enum class link_state : uint8_t {
     idle,       ///< Address known, no connection (none yet or torn down).
@@ -251,7 +255,6 @@ private:
 
   // verbs_completion.cpp: the poller thread.
   void poll_loop();
-  int drain_cq(done_list& done, std::vector<incoming_immediate>& imms);
   void on_completion(const ibv_wc& wc, done_list& done,
                      std::vector<incoming_immediate>& imms);
   void check_deadlines(done_list& done);
@@ -282,6 +285,11 @@ private:
   uint64_t next_conn_ = 1;
   uint64_t next_attempt_ = 1;
   counters stats_;
+  /// When check_deadlines() has something to do next (clock ticks).
+  std::atomic<int64_t> next_deadline_scan_{0};
+  /// Batches on a queue pair (posted or expired): the poller spins then.
+  std::atomic<uint64_t> inflight_{0};
+  std::mutex cq_mtx_; // serialises ibv_poll_cq with ibv_resize_cq
   std::atomic<bool> stop_{false};
   std::mutex handler_mtx_;
   immediate_handler handler_;

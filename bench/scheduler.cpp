@@ -123,13 +123,14 @@ run_result run_once(const workload& w, uint32_t periods, uint64_t seed) {
           hbm_for_kv - static_cast<double>(e.tok) * kv_bytes_per_token);
       des.push_back(e);
     }
-  std::string why;
-  auto st = cluster_state::make(std::move(pes), std::move(des),
-                                std::move(nodes), why);
-  if (!why.empty()) {
-    std::fprintf(stderr, "bench_scheduler: %s\n", why.c_str());
+  auto made =
+      cluster_state::make(std::move(pes), std::move(des), std::move(nodes));
+  if (!made) {
+    std::fprintf(stderr, "bench_scheduler: %s\n",
+                 caf::to_string(made.error()).c_str());
     std::exit(1);
   }
+  auto st = std::move(*made);
   policy_config cfg;
   cfg.kind = w.kind;
   cfg.reads = w.reads;

@@ -2,18 +2,23 @@
 
 #include <algorithm>
 
+#include <caf/error.hpp>
+#include <caf/sec.hpp>
+
 namespace dualpath::scheduler {
 
-cluster_state cluster_state::make(std::vector<engine_state> prefill,
-                                  std::vector<engine_state> decode,
-                                  std::vector<node_state> nodes,
-                                  std::string& why) {
-  why.clear();
+caf::expected<cluster_state>
+cluster_state::make(std::vector<engine_state> prefill,
+                    std::vector<engine_state> decode,
+                    std::vector<node_state> nodes) {
+  auto bad = [](std::string why) {
+    return caf::make_error(caf::sec::invalid_argument, std::move(why));
+  };
+  std::string why;
   cluster_state st;
   for (const auto& n : nodes)
     if (!(n.read_tokens_per_s > 0)) {
-      why = "node read rate must be positive";
-      return {};
+      return bad("node read rate must be positive");
     }
   auto check_nodes = [&](const std::vector<engine_state>& es) {
     for (const auto& e : es)
@@ -25,7 +30,7 @@ cluster_state cluster_state::make(std::vector<engine_state> prefill,
     return true;
   };
   if (!check_nodes(prefill) || !check_nodes(decode))
-    return {};
+    return bad(why);
   uint32_t groups = 0;
   for (const auto& e : decode)
     groups = std::max(groups, e.group + 1);
@@ -33,9 +38,8 @@ cluster_state cluster_state::make(std::vector<engine_state> prefill,
   for (uint32_t i = 0; i < decode.size(); ++i) {
     auto& g = st.decode_groups[decode[i].group];
     if (!g.members.empty() && g.node != decode[i].node) {
-      why = "decode group " + std::to_string(decode[i].group)
-            + " spans several nodes";
-      return {};
+      return bad("decode group " + std::to_string(decode[i].group)
+                 + " spans several nodes");
     }
     g.node = decode[i].node;
     g.members.push_back(i);
@@ -43,9 +47,8 @@ cluster_state cluster_state::make(std::vector<engine_state> prefill,
   }
   for (uint32_t g = 0; g < groups; ++g)
     if (st.decode_groups[g].members.empty()) {
-      why = "decode group ids are not dense: group " + std::to_string(g)
-            + " has no engine";
-      return {};
+      return bad("decode group ids are not dense: group " + std::to_string(g)
+                 + " has no engine");
     }
   // The reports carry the node's queue; the node table is authoritative from
   // here on (the last report of any engine of the node wins).

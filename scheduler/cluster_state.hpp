@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <caf/expected.hpp>
+
 namespace dualpath::scheduler {
 
 /// One request as the policies see it. Tokens are prompt tokens; the hit
@@ -73,14 +75,14 @@ struct decode_group {
 /// update_* calls (reports) and the policies (decisions).
 class cluster_state {
 public:
-  /// Checks and indexes the tables. Returns a description of the first
-  /// problem in `why` (and an empty state) when: a node index is out of
+  /// Checks and indexes the tables. Fails with caf::sec::invalid_argument,
+  /// its context describing the first problem, when: a node index is out of
   /// range, a node's read rate is not positive, decode group ids are not
   /// dense 0..G-1, or a decode group's engines sit on different nodes (the
   /// DE side of a read must be one node).
-  static cluster_state make(std::vector<engine_state> prefill,
-                            std::vector<engine_state> decode,
-                            std::vector<node_state> nodes, std::string& why);
+  static caf::expected<cluster_state> make(std::vector<engine_state> prefill,
+                                           std::vector<engine_state> decode,
+                                           std::vector<node_state> nodes);
 
   cluster_state() = default;
 

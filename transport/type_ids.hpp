@@ -1,7 +1,9 @@
-// CAF type-ID block of the transport module's shared value types. Each module
-// owns a block at a fixed offset (transport 200, transport_storage 250,
-// transport_bulk 300, gpu 350, scheduler 400, actors 450) so modules can grow
-// independently; actors/register.cpp checks that the blocks do not overlap.
+// CAF type-ID block of the transport module's shared value types (offset
+// 200). Two blocks exist: this one and the actors' message vocabulary
+// (actors/protocol/type_ids.hpp, offset 450); the other modules' messages
+// travel inside those. The gap leaves each room to grow; a new module's block
+// takes an offset of its own, and actors/protocol/register.cpp checks that no
+// two blocks overlap.
 #pragma once
 
 #include <caf/type_id.hpp>

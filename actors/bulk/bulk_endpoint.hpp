@@ -1,8 +1,8 @@
-// The behaviour of bulk_endpoint_actor (actors/bulk_endpoint_actor.hpp): a
-// node's bulk transport endpoint. It owns nothing but a shared handle to the
-// node's bulk backend and to the node's region directory (which local
-// registrations write_op.local_region names); the bytes move over the backend,
-// never through CAF.
+// The behaviour of bulk_endpoint_actor
+// (actors/protocol/bulk_endpoint_actor.hpp): a node's bulk transport endpoint.
+// It owns nothing but a shared handle to the node's bulk backend and to the
+// node's region directory (which local registrations write_op.local_region
+// names); the bytes move over the backend, never through CAF.
 //
 // Connecting two endpoints A and B (any backend; verbs needs all three steps,
 // tcp and local are satisfied by fewer):

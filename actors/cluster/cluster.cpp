@@ -25,12 +25,88 @@ caf::error bad_config(const std::string& what) {
   return caf::make_error(caf::sec::invalid_argument, what);
 }
 
+// The device of engine `id` and its CUDA ordinal (-1: host). A modeled data
+// plane copies nothing: HBM is only counted. Otherwise the engine's whole
+// budget is reserved as one pool slab at once (one region to register for
+// RDMA; a machine without the memory fails here, not mid-run).
+caf::expected<std::pair<std::shared_ptr<gpu::device>, int>>
+engine_device(const cluster_spec& spec, const engine_id& id,
+              const std::vector<uint32_t>& node_gpus) {
+  gpu::device_options dopts;
+  dopts.backend = gpu::backend_choice::host;
+  dopts.hbm_budget =
+      std::max<uint64_t>(real_bytes(spec.hbm_bytes, spec.byte_scale), 1);
+  dopts.backed = spec.plane == data_plane::real;
+  int ordinal = -1;
+  if (spec.plane == data_plane::real) {
+    dopts.pool_reserve = dopts.hbm_budget;
+    if (spec.gpus.kind == gpu::backend_kind::cuda) {
+      auto placed = gpu::device_for_rank(id.rank, spec.gpus.first, node_gpus,
+                                         spec.gpus.devices);
+      if (!placed)
+        return bad_config("engine " + id.node + "/" + std::to_string(id.rank)
+                          + ": " + gpu::describe(placed.error()));
+      ordinal = *placed;
+      dopts.backend = gpu::backend_choice::cuda;
+      dopts.cuda_device = ordinal;
+    }
+  }
+  auto dev = dopts.backend == gpu::backend_choice::cuda
+                 ? gpu::make_cuda_device(dopts)
+                 : gpu::make_host_device(dopts);
+  if (!dev) {
+    auto& err = dev.error();
+    auto what = "engine " + id.node + "/" + std::to_string(id.rank)
+                + (ordinal >= 0 ? " on CUDA device " + std::to_string(ordinal)
+                                : std::string{" (host memory)"})
+                + ": " + std::to_string(dopts.hbm_budget)
+                + " B of HBM: " + gpu::describe(err);
+    if (err.category() == caf::atom("dp_gpu"))
+      return caf::make_error(static_cast<gpu::gpu_errc>(err.code()),
+                             std::move(what));
+    return caf::make_error(caf::sec::runtime_error, std::move(what));
+  }
+  return std::make_pair(std::move(*dev), ordinal);
+}
+
 // Gb/s (network, decimal) to bytes/s.
 uint64_t gbps_to_bytes(double gbps) {
   return static_cast<uint64_t>(gbps * 1e9 / 8);
 }
 
 } // namespace
+
+caf::expected<gpu_plan> plan_gpus(const config::settings& cfg) {
+  auto choice = gpu::parse_backend_choice(cfg.string("gpu.backend"));
+  if (!choice)
+    return bad_config(gpu::describe(choice.error()));
+  gpu_plan plan;
+  plan.first = static_cast<int>(cfg.integer("gpu.device"));
+  const auto key = "gpu.backend=" + gpu::to_string(*choice);
+  if (*choice == gpu::backend_choice::host) {
+    plan.reason = key + ": host memory stands in for HBM, as configured";
+    return plan;
+  }
+  auto count = gpu::probe_cuda();
+  if (!count) {
+    auto why = gpu::describe(count.error());
+    if (*choice == gpu::backend_choice::cuda)
+      return bad_config("gpu.backend = cuda: " + why);
+    plan.reason = key + ": host memory stands in for HBM, because " + why;
+    return plan;
+  }
+  if (plan.first >= *count)
+    return bad_config("gpu.device = " + std::to_string(plan.first)
+                      + ", but this machine has " + std::to_string(*count)
+                      + " CUDA device" + (*count == 1 ? "" : "s")
+                      + " (ordinals 0.." + std::to_string(*count - 1) + ")");
+  plan.kind = gpu::backend_kind::cuda;
+  plan.devices = *count;
+  plan.reason = key + ": engine KV in CUDA device memory, "
+                + std::to_string(*count) + " device" + (*count == 1 ? "" : "s")
+                + " present";
+  return plan;
+}
 
 uint64_t kv_bytes_per_token(const gpu::model_shape& m) {
   return m.kv_bytes_per_token_layer * m.layers;
@@ -97,8 +173,8 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
       (static_cast<uint64_t>(cfg.integer("storage.buffer_mib")) << 20)
       / s.byte_scale;
   // Each prefill engine of a node holds the leases of at most lookahead + 1
-  // requests (see actors/prefill_engine.hpp), so a pool with room for that
-  // many longest prompts per GPU can never be exhausted by completed reads
+  // requests (see actors/engines/prefill_engine.hpp), so a pool with room for
+  // that many longest prompts per GPU can never be exhausted by completed reads
   // waiting to stream: the condition for a cyclic wait never arises.
   s.reader_min_blocks = static_cast<uint32_t>(
       s.gpus_per_node * (uint64_t{s.prefill_lookahead} + 1)
@@ -280,14 +356,13 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
   if (spec.reader == "prefetching") {
     // The extension example in front of the node's reader; it keeps at most
     // a quarter of the pool, so ordinary reads always find room.
-    extensions::prefetch_config pc;
+    prefetch_config pc;
     pc.node = node->name;
     pc.max_blocks = std::max<uint32_t>(
         1, std::min<uint32_t>(spec.prefetch_blocks,
                               static_cast<uint32_t>(slots / 4)));
     pc.observer = spec.observer;
-    node->reader =
-        extensions::spawn_prefetching_reader(sys, *reader, std::move(pc));
+    node->reader = spawn_prefetching_reader(sys, *reader, std::move(pc));
   }
   out.keep_alive.push_back(
       std::make_shared<transport::bulk::local_registration>(std::move(*reg)));
@@ -333,11 +408,13 @@ scheduler_config_for(const cluster_spec& spec,
 caf::expected<std::vector<caf::actor>>
 spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
                    const node_ptr& node, uint32_t group,
-                   const emulated_time& time,
-                   const scheduler_actor& scheduler) {
+                   const emulated_time& time, const scheduler_actor& scheduler,
+                   const std::vector<uint32_t>& node_gpus) {
   caf::scoped_actor self{sys};
   std::vector<caf::actor> members;
   std::vector<engine_config> configs;
+  std::string placed; // "0 -> 0, 1 -> 1" (rank -> CUDA device)
+  std::string device_name;
   for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
     engine_config ec;
     ec.id = engine_id{node->name, node->role, g};
@@ -362,16 +439,17 @@ spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
     ec.time = time;
     ec.byte_scale = spec.byte_scale;
     ec.node = node;
-    gpu::device_options dopts;
-    dopts.backend = gpu::backend_choice::host;
-    // A modeled data plane copies nothing: HBM is only counted.
-    dopts.backed = spec.plane == data_plane::real;
-    dopts.hbm_budget =
-        std::max<uint64_t>(real_bytes(spec.hbm_bytes, spec.byte_scale), 1);
-    auto dev = gpu::make_host_device(dopts);
+    auto dev = engine_device(spec, ec.id, node_gpus);
     if (!dev)
       return dev.error();
-    ec.device = *dev;
+    if (spec.gpus.kind == gpu::backend_kind::cuda
+        && spec.plane == data_plane::real) {
+      placed += (placed.empty() ? "" : ", ") + std::to_string(g) + " -> "
+                + std::to_string(dev->second);
+      device_name = (*dev).first->capabilities().name;
+    }
+    ec.device = std::move(dev->first);
+    ec.notice = spec.notice;
     ec.gpu_flops = spec.gpu.tflops * 1e12 * spec.gpu.compute_efficiency;
     ec.hbm_bytes = spec.hbm_bytes;
     ec.hbm_bandwidth = spec.gpu.hbm_tbps * 1e12 * spec.gpu.hbm_efficiency;
@@ -384,6 +462,14 @@ spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
     ec.observer = spec.observer;
     configs.push_back(std::move(ec));
   }
+  if (!placed.empty() && spec.notice)
+    spec.notice(
+        (node_gpus.empty() ? std::string{} : "node " + node->name + ": ")
+        + "engine rank -> CUDA device: " + placed + " (" + device_name
+        + (node_gpus.empty() ? ", device = (gpu.device + rank) mod "
+                                   + std::to_string(spec.gpus.devices)
+                             : std::string{", the node's gpus list"})
+        + ")");
   // Members first, the leader (rank 0) last, so it knows its group.
   std::vector<caf::actor> spawned;
   for (uint32_t g = spec.gpus_per_node; g-- > 0;) {

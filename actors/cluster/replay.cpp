@@ -7,21 +7,37 @@
 #include <random>
 
 #include <caf/all.hpp>
+#include <caf/type_id.hpp>
 
 #include "actors/sim/driver.hpp"
+
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::cluster::replay_atoms,
+             start_agent_atom, "startagent")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::cluster::replay_atoms,
+             recorded_atom, "recorded")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::cluster::replay_atoms,
+             lag_tick_atom, "lagtick")
 
 namespace dualpath::actors::cluster {
 
 namespace {
 
-using start_agent_atom = caf::atom_constant<caf::atom("startagent")>;
-using recorded_atom = caf::atom_constant<caf::atom("recorded")>;
-using lag_tick_atom = caf::atom_constant<caf::atom("lagtick")>;
+using namespace dualpath::actors::cluster::replay_atoms;
 
 // The emulation runs on the wall clock: when the CPUs cannot keep up,
 // delayed messages fire late and emulated times stretch. The driver measures
 // how late its own periodic timer fires as a health signal for the run.
 constexpr auto lag_period = std::chrono::milliseconds(20);
+
+// The driver's and the agents' interfaces (in-process only): an agent is
+// told to start; the driver receives each finished turn's record and its
+// own lag timer.
+using agent_actor = caf::typed_actor<caf::reacts_to<start_agent_atom>>;
+using driver_actor =
+    caf::typed_actor<caf::reacts_to<recorded_atom, request_record>,
+                     caf::reacts_to<lag_tick_atom>>;
 
 // What the driver and its agents share; read-only once the agents run but
 // for the id counter.
@@ -41,7 +57,7 @@ struct replay_context {
 struct agent_state {
   static inline const char* name = "dualpath.agent";
   std::shared_ptr<replay_context> ctx;
-  caf::actor driver;
+  driver_actor driver;
   const scheduler::workload::trajectory* traj = nullptr;
   uint32_t next_turn = 0;
   /// The agent's ids so far: each turn's prompt is a prefix of the next's, so
@@ -49,7 +65,7 @@ struct agent_state {
   token_sequence ids;
 };
 
-using agent_ptr = caf::stateful_actor<agent_state>*;
+using agent_ptr = agent_actor::stateful_pointer<agent_state>;
 
 void submit_next(agent_ptr self) {
   auto& s = self->state;
@@ -91,7 +107,7 @@ void submit_next(agent_ptr self) {
   rec->gen_tokens = spec.gen_tokens;
   rec->arrival_ns = spec.arrival_ns;
   auto on_end = [self, rec] {
-    self->send(self->state.driver, recorded_atom::value, std::move(*rec));
+    self->send(self->state.driver, recorded_atom_v, std::move(*rec));
     submit_next(self);
   };
   self->request(ctx.scheduler, caf::infinite, submit_atom_v, std::move(spec))
@@ -107,8 +123,9 @@ void submit_next(agent_ptr self) {
           });
 }
 
-caf::behavior agent(agent_ptr self, std::shared_ptr<replay_context> ctx,
-                    caf::actor driver, size_t index) {
+agent_actor::behavior_type agent(agent_ptr self,
+                                 std::shared_ptr<replay_context> ctx,
+                                 driver_actor driver, size_t index) {
   auto& s = self->state;
   s.ctx = std::move(ctx);
   s.driver = std::move(driver);
@@ -127,7 +144,7 @@ caf::behavior agent(agent_ptr self, std::shared_ptr<replay_context> ctx,
 struct driver_state {
   static inline const char* name = "dualpath.replay";
   std::shared_ptr<replay_context> ctx;
-  std::vector<caf::actor> agents;
+  std::vector<agent_actor> agents;
   replay_outcome outcome;
   uint64_t total = 0;
   uint64_t done = 0;
@@ -138,7 +155,7 @@ struct driver_state {
   std::vector<double> lag_ms; // how late each timer tick fired
 };
 
-using driver_ptr = caf::stateful_actor<driver_state>*;
+using driver_ptr = driver_actor::stateful_pointer<driver_state>;
 
 void finish(driver_ptr self) {
   auto& s = self->state;
@@ -184,8 +201,8 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
   ctx->opts = opts;
   ctx->id_base = id_base;
   ctx->next_id = id_base;
-  auto driver = sys.spawn([ctx, result,
-                           total](driver_ptr self) -> caf::behavior {
+  auto driver = sys.spawn([ctx, result, total](
+                              driver_ptr self) -> driver_actor::behavior_type {
     auto& s = self->state;
     auto& opts = ctx->opts;
     s.ctx = ctx;
@@ -194,7 +211,7 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
     s.outcome.records.resize(total);
     s.wall_start = std::chrono::steady_clock::now();
     s.start_ns = opts.time.since_start_ns(self->clock().now());
-    auto me = caf::actor_cast<caf::actor>(self);
+    auto me = caf::actor_cast<driver_actor>(self);
     for (size_t i = 0; i < ctx->trace.size(); ++i)
       if (ctx->trace[i].turns.size() > ctx->trace[i].history_turns)
         s.agents.push_back(self->spawn(agent, ctx, me, i));
@@ -204,21 +221,21 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
     double at_s = 0;
     for (auto& a : s.agents) {
       if (opts.aps <= 0) {
-        self->send(a, start_agent_atom::value);
+        self->send(a, start_agent_atom_v);
         continue;
       }
       at_s += gap(rng);
       auto delay = opts.time.to_actor(
           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
               std::chrono::duration<double>(at_s)));
-      self->delayed_send(a, delay, start_agent_atom::value);
+      self->delayed_send(a, delay, start_agent_atom_v);
     }
     s.agents.clear(); // they quit after their last turn
     // Health signal (wall clock only; simulated timers are never late): a
     // periodic timer's lateness, sampled until the replay ends.
     auto arm_tick = [self] {
       self->state.tick_due = std::chrono::steady_clock::now() + lag_period;
-      self->delayed_send(self, lag_period, lag_tick_atom::value);
+      self->delayed_send(self, lag_period, lag_tick_atom_v);
     };
     if (!sim::simulated(self->system()))
       arm_tick();

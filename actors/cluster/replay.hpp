@@ -2,7 +2,7 @@
 // Each agent submits its turns one after another (zero think time): turn i+1
 // is submitted when turn i's result arrives. Offline, every agent starts at
 // once; online, agents arrive as a Poisson process at `aps` agents per
-// emulated second. Times are emulated (see actors/emulation.hpp).
+// emulated second. Times are emulated (see actors/engines/emulation.hpp).
 //
 // Ownership: replay() blocks the calling (non-actor) thread until every turn
 // has completed or the wall-clock limit passes; the driver actor it spawns

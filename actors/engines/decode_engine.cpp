@@ -5,40 +5,49 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/type_id.hpp>
 
 #include "actors/bulk/bulk_post.hpp"
-#include "actors/engines/engine_timing.hpp"
+#include "actors/engines/engine_common.hpp"
 #include "actors/engines/kv_layout.hpp"
 #include "actors/engines/range_allocator.hpp"
 #include "actors/protocol/scheduler_actor.hpp"
 #include "gpu/device.hpp"
+#include "gpu/host_memory.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/storage/block_format.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/kv_content.hpp"
 
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, pushed_atom,
+             "depushed")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, prefill_end_atom,
+             "depfend")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, decode_end_atom,
+             "dedecend")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, report_tick_atom,
+             "detick")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, on_gpu_atom,
+             "deongpu")
+
 namespace dualpath::actors {
 
 namespace {
 
+using namespace dualpath::actors::decode_atoms;
+
 namespace bulk = transport::bulk;
 namespace storage = transport::storage;
 using time_point = emulated_time::time_point;
-
-using pushed_atom = caf::atom_constant<caf::atom("depushed")>;
-constexpr auto pushed_atom_v = pushed_atom::value;
-using prefill_end_atom = caf::atom_constant<caf::atom("depfend")>;
-constexpr auto prefill_end_atom_v = prefill_end_atom::value;
-using decode_end_atom = caf::atom_constant<caf::atom("dedecend")>;
-constexpr auto decode_end_atom_v = decode_end_atom::value;
-using report_tick_atom = caf::atom_constant<caf::atom("detick")>;
-constexpr auto report_tick_atom_v = report_tick_atom::value;
 
 struct de_request {
   assignment a;
@@ -76,10 +85,22 @@ struct persist_job {
 
 struct decode_state {
   engine_config cfg;
-  std::unique_ptr<std::byte[]> memory;
+  gpu::host_memory memory; // pinned: whole pages of its own
   uint64_t size = 0;
   gpu::pinned_host pinned;
   gpu::stream stream;
+  /// Recorded after a request's H2D copy and its Layer Block checksums; the
+  /// device's notice (on_gpu message) says the prompt is in GPU memory.
+  gpu::event gpu_done;
+  /// Where the device writes a request's Layer Block checksums: room for
+  /// the largest prompt the buffer holds, pinned once.
+  gpu::host_memory sums; // sums_capacity values of uint64_t
+  size_t sums_capacity = 0;
+  gpu::pinned_host sums_pinned;
+  /// The request whose KV is being copied to the GPU (one at a time, in
+  /// gpu_wait order), and the checksums its Layer Blocks must have.
+  std::optional<uint64_t> on_the_way;
+  std::vector<uint64_t> expected_sums;
   bulk::local_registration registration;
   range_allocator slots;
   uint64_t persist_offset = 0; // one Full Block payload, reserved at start
@@ -95,16 +116,23 @@ struct decode_state {
   std::unordered_map<uint64_t, pending_push> pushes;
   uint64_t next_tag = 1;
   static inline const char* name = "decode_engine";
+
+  // Device work in flight writes `sums` and the requests' GPU memory, and
+  // reads the slots: it completes before any of them goes.
+  ~decode_state() {
+    if (cfg.device && stream.valid())
+      static_cast<void>(cfg.device->synchronize(stream));
+  }
 };
 
 using self_ptr = caf::stateful_actor<decode_state>*;
 
-uint64_t bpt(const engine_config& cfg) {
-  return cfg.model.real_bytes_per_token_layer;
-}
-
-bool moves_bytes(const engine_config& cfg) {
-  return cfg.mode != load_mode::oracle;
+// Whether the prompt's KV is verified where it lies once in GPU memory (the
+// checksum kernel; the host backend's stream on its stand-in) instead of in
+// the DRAM slot before.
+bool verifies_on_device(const decode_state& st) {
+  return st.cfg.verify_kv && st.cfg.device && st.cfg.real_bytes
+         && st.sums_capacity > 0;
 }
 
 std::byte* slot_ptr(self_ptr self, const de_request& r) {
@@ -133,27 +161,23 @@ remote_region buffer_region(const decode_state& st) {
 void try_finish(self_ptr self, uint64_t id);
 void try_admit(self_ptr self);
 void try_gpu(self_ptr self);
+void verify_in_slot(self_ptr self, de_request& r);
 engine_load own_load(self_ptr self);
 
 // seq_e, tok_e and free HBM change only where requests are admitted,
 // placed on the GPU or removed, and each of those ends in try_admit() or
 // try_gpu().
-void publish_load(self_ptr self) {
-  auto& node = self->state.cfg.node;
-  if (node && node->loads)
-    node->loads->publish(own_load(self));
+void publish(self_ptr self) {
+  publish_load(self->state.cfg, own_load(self));
 }
 
 // Observation (null hooks: nothing): a span of request `id` on this engine's
 // track ("gpu<rank>") or its compute NIC's ("cnic<rank>"), emulated ns.
 void trace(self_ptr self, const char* track, const char* name, uint64_t id,
            int64_t begin_ns, int64_t end_ns, uint64_t nominal_bytes = 0,
-           const char* direction = "") {
-  auto& cfg = self->state.cfg;
-  if (cfg.hooks && cfg.hooks->tracing())
-    cfg.hooks->span(observe::span_record{
-        cfg.id.node, track + std::to_string(cfg.id.rank) + direction, name, id,
-        -1, begin_ns, end_ns, nominal_bytes});
+           const char* direction = "", int32_t layer = -1) {
+  span(self->state.cfg, track, name, id, layer, begin_ns, end_ns, nominal_bytes,
+       direction);
 }
 
 void on_de_read(self_ptr self, uint64_t id, read_completion c) {
@@ -232,16 +256,9 @@ void start(self_ptr self, assignment a, caf::response_promise rp,
     rr.first_block = plan.pe_side_blocks;
     rr.tokens =
         (plan.hit_blocks - plan.pe_side_blocks) * cfg.model.block_tokens;
-    self->request(cfg.node->reader, caf::infinite, read_atom_v, std::move(rr))
-        .then([self,
-               id](read_completion& c) { on_de_read(self, id, std::move(c)); },
-              [self, id, rr](caf::error&) {
-                // The reader failed as a whole: every DE-side block is a miss.
-                read_completion c;
-                c.request_id = id;
-                c.failed = rr.blocks;
-                on_de_read(self, id, std::move(c));
-              });
+    read_blocks(
+        self, cfg.node->reader, std::move(rr),
+        [self, id](read_completion c) { on_de_read(self, id, std::move(c)); });
   } else {
     r.read_done = true;
     r.de_read.request_id = id;
@@ -272,7 +289,7 @@ void try_admit(self_ptr self) {
     st.tok -= item.first.request.tokens.size();
     start(self, std::move(item.first), std::move(item.second), *off, bytes);
   }
-  publish_load(self);
+  publish(self);
 }
 
 void try_finish(self_ptr self, uint64_t id) {
@@ -304,13 +321,20 @@ void on_prefill_end(self_ptr self, uint64_t id) {
       for (uint32_t l = 0; l < cfg.model.layers; ++l)
         fill_tokens(r.hashes, cfg.model.block_tokens, l, 0, r.tokens, bpt(cfg),
                     slot_ptr(self, r) + slot_offset(l, r.tokens, 0, bpt(cfg)));
-    auto check = check_slot(r.hashes, cfg.model.block_tokens, cfg.model.layers,
-                            r.tokens, bpt(cfg), slot_ptr(self, r));
-    r.result.blocks_verified = check.blocks_ok;
-    r.result.verify_failures = check.blocks_failed;
+    if (!verifies_on_device(st))
+      verify_in_slot(self, r);
   }
   st.gpu_wait.push_back(id);
   try_gpu(self);
+}
+
+// Verifies the prompt KV byte for byte in its DRAM slot.
+void verify_in_slot(self_ptr self, de_request& r) {
+  auto& cfg = self->state.cfg;
+  auto check = check_slot(r.hashes, cfg.model.block_tokens, cfg.model.layers,
+                          r.tokens, bpt(cfg), slot_ptr(self, r));
+  r.result.blocks_verified = check.blocks_ok;
+  r.result.verify_failures += check.blocks_failed;
 }
 
 void start_decode(self_ptr self, de_request& r) {
@@ -354,10 +378,86 @@ void start_decode(self_ptr self, de_request& r) {
                      r.a.request.id);
 }
 
+// Compares the Layer Block checksums the device computed for request r
+// with the ones its content must have.
+void verify_on_device(self_ptr self, de_request& r) {
+  auto& st = self->state;
+  auto check = check_slot_checksums(st.expected_sums,
+                                    reinterpret_cast<uint64_t*>(st.sums.get()),
+                                    st.cfg.model.layers, r.hashes.size());
+  r.result.blocks_verified = check.blocks_ok;
+  r.result.verify_failures += check.blocks_failed;
+}
+
+// Submits request r's prompt KV slot -> GPU memory and, when verifying, its
+// Layer Block checksums on the device, then the event whose notice
+// (on_gpu) finishes the request's admission to the GPU. False when nothing
+// is in flight: r may decode now (the device refused, the failure counted,
+// or, under simulated time, the work was waited for in place).
+bool submit_to_gpu(self_ptr self, de_request& r) {
+  auto& st = self->state;
+  auto& cfg = st.cfg;
+  auto& dev = *cfg.device;
+  auto err = dev.copy_h2d(st.pinned, r.gpu,
+                          {gpu::copy_chunk{r.slot_offset, 0, r.slot_bytes}},
+                          st.stream);
+  const bool verify = verifies_on_device(st);
+  auto grid =
+      slot_grid(cfg.model.block_tokens, cfg.model.layers, r.tokens, bpt(cfg));
+  if (!err && verify)
+    err = dev.enqueue_checksums(r.gpu, grid, st.sums_pinned, 0, st.stream);
+  if (!err)
+    err = dev.record(st.gpu_done, st.stream);
+  const bool in_place = waits_for_device_in_place(self->home_system());
+  if (!err && !in_place) {
+    auto hdl = caf::actor_cast<caf::actor>(self);
+    err = dev.notify(st.gpu_done, st.stream, [hdl, id = r.a.request.id] {
+      caf::anon_send(hdl, on_gpu_atom_v, id);
+    });
+  }
+  if (!err && in_place)
+    err = dev.synchronize(st.gpu_done);
+  if (err) {
+    // Nothing (more) completes for this request: wait for what was
+    // submitted, then verify where the bytes still are.
+    static_cast<void>(dev.synchronize(st.stream));
+    r.result.verify_failures += 1;
+    if (verify)
+      verify_in_slot(self, r);
+    return false;
+  }
+  // The expected checksums, computed while the device works.
+  if (verify)
+    st.expected_sums = slot_checksums(r.hashes, cfg.model.block_tokens,
+                                      cfg.model.layers, r.tokens, bpt(cfg));
+  if (in_place) {
+    if (verify)
+      verify_on_device(self, r);
+    return false;
+  }
+  st.on_the_way = r.a.request.id;
+  return true;
+}
+
+// Request `id`'s KV is in GPU memory (and its checksums in `sums`).
+void on_gpu(self_ptr self, uint64_t id) {
+  auto& st = self->state;
+  if (st.on_the_way != id)
+    return;
+  st.on_the_way.reset();
+  auto i = st.requests.find(id);
+  if (i != st.requests.end()) {
+    if (verifies_on_device(st))
+      verify_on_device(self, i->second);
+    start_decode(self, i->second);
+  }
+  try_gpu(self);
+}
+
 void try_gpu(self_ptr self) {
   auto& st = self->state;
   auto& cfg = st.cfg;
-  while (!st.gpu_wait.empty()) {
+  while (!st.gpu_wait.empty() && !st.on_the_way) {
     auto id = st.gpu_wait.front();
     auto i = st.requests.find(id);
     if (i == st.requests.end()) {
@@ -373,23 +473,20 @@ void try_gpu(self_ptr self) {
           break; // wait for another request's GPU memory
         // Cannot ever fit: decode without the copy, counting it as failed.
         r.result.verify_failures += 1;
+        if (verifies_on_device(st))
+          verify_in_slot(self, r);
       } else {
         r.gpu = std::move(*buf);
-        if (cfg.real_bytes) {
-          auto err = cfg.device->copy_h2d(
-              st.pinned, r.gpu,
-              {gpu::copy_chunk{r.slot_offset, 0, r.slot_bytes}}, st.stream);
-          if (!err)
-            err = cfg.device->synchronize(st.stream);
-          if (err)
-            r.result.verify_failures += 1;
+        if (cfg.real_bytes && submit_to_gpu(self, r)) {
+          st.gpu_wait.pop_front();
+          break; // on_gpu goes on
         }
       }
     }
     st.gpu_wait.pop_front();
     start_decode(self, r);
   }
-  publish_load(self);
+  publish(self);
 }
 
 void send_done(self_ptr self, uint64_t id) {
@@ -594,10 +691,9 @@ void on_decode_end(self_ptr self, uint64_t id) {
 
 engine_load own_load(self_ptr self) {
   auto& st = self->state;
-  engine_load x;
-  x.engine = st.cfg.id;
-  x.seq = static_cast<uint32_t>(st.requests.size() + st.admissions.size());
-  x.tok = st.tok;
+  auto x = own_load_of(
+      st.cfg, static_cast<uint32_t>(st.requests.size() + st.admissions.size()),
+      st.tok);
 #ifndef NDEBUG
   uint64_t walked = 0;
   for (auto& kv : st.requests)
@@ -606,7 +702,6 @@ engine_load own_load(self_ptr self) {
     walked += a.first.request.tokens.size();
   assert(walked == st.tok);
 #endif
-  x.free_hbm_bytes = free_hbm_nominal(st.cfg);
   return x;
 }
 
@@ -725,7 +820,11 @@ caf::error setup(decode_state& st) {
     return caf::make_error(gpu::gpu_errc::budget_exceeded,
                            "decode buffer smaller than one Full Block");
   // Not value-initialised: pages are touched only when KV lands there.
-  st.memory.reset(new std::byte[st.size]);
+  st.memory = gpu::allocate_host_memory(st.size);
+  if (!st.memory)
+    return caf::make_error(gpu::gpu_errc::out_of_memory,
+                           "decode buffer of " + std::to_string(st.size)
+                               + " B: no host memory");
   if (cfg.device) {
     auto pinned = cfg.device->pin(st.memory.get(), st.size);
     if (!pinned)
@@ -735,6 +834,10 @@ caf::error setup(decode_state& st) {
     if (!s)
       return std::move(s.error());
     st.stream = std::move(*s);
+    auto ev = cfg.device->make_event();
+    if (!ev)
+      return std::move(ev.error());
+    st.gpu_done = std::move(*ev);
   }
   if (cfg.node && cfg.node->bulk) {
     auto reg = cfg.node->bulk->register_region(st.memory.get(), st.size);
@@ -745,6 +848,24 @@ caf::error setup(decode_state& st) {
   // The persist staging sits at the end; the rest holds slots.
   st.persist_offset = st.size - st.payload_bytes;
   st.slots = range_allocator{st.persist_offset};
+  // Checksums of the largest prompt the slots hold, one per Layer Block.
+  if (cfg.device && cfg.real_bytes && cfg.verify_kv && cfg.model.layers > 0
+      && bpt(cfg) > 0 && cfg.model.block_tokens > 0) {
+    auto max_tokens =
+        st.persist_offset / (uint64_t{cfg.model.layers} * bpt(cfg));
+    auto blocks =
+        (max_tokens + cfg.model.block_tokens - 1) / cfg.model.block_tokens;
+    st.sums_capacity = std::max<uint64_t>(1, blocks * cfg.model.layers);
+    st.sums = gpu::allocate_host_memory(st.sums_capacity * sizeof(uint64_t));
+    if (!st.sums)
+      return caf::make_error(gpu::gpu_errc::out_of_memory,
+                             "checksum results: no host memory");
+    auto pinned =
+        cfg.device->pin(st.sums.get(), st.sums_capacity * sizeof(uint64_t));
+    if (!pinned)
+      return std::move(pinned.error());
+    st.sums_pinned = std::move(*pinned);
+  }
   return caf::none;
 }
 
@@ -768,10 +889,9 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
                         "prefill engine lost"));
   });
   auto& c = self->state.cfg;
-  if ((c.group_leader || (c.id.rank == 0 && !c.group_members.empty()))
-      && c.scheduler)
+  if (leads_group(c))
     schedule_report(self);
-  publish_load(self);
+  publish(self);
   return {
       [self](admit_atom, assignment& a) -> caf::result<decode_slot> {
         auto& st = self->state;
@@ -794,10 +914,21 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
         auto t = std::max(now, from_ns(st.cfg.time, x.done_ns));
         auto nominal = nominal_of_real(x.bytes, st.cfg.model);
         if (nominal > 0) {
-          t = std::max({t, reserve(st.cfg.node->dram, nominal, now),
-                        reserve(rank_link(st.cfg.node->cnic_rx, st.cfg.id.rank),
-                                nominal, now)});
+          auto& link = rank_link(st.cfg.node->cnic_rx, st.cfg.id.rank);
+          auto rx = reserve(link, nominal, now);
+          t = std::max({t, reserve(st.cfg.node->dram, nominal, now), rx});
           r.result.bytes_pe_to_de += nominal;
+          if (link && link->rate() > 0) {
+            // The layer's arrival: this NIC's window for its bytes, the
+            // end of the flow from the prefill engine's send (timeline).
+            auto busy = std::chrono::nanoseconds(
+                static_cast<int64_t>(static_cast<double>(nominal) * 1e9
+                                     / static_cast<double>(link->rate())));
+            trace(self, "cnic", "receive", x.request_id,
+                  since_start(st.cfg.time, std::max(now, rx - busy)),
+                  since_start(st.cfg.time, rx), nominal, " rx",
+                  static_cast<int32_t>(x.layer));
+          }
         }
         r.last_arrival = std::max(r.last_arrival, t);
         ++r.layers_ready;
@@ -872,6 +1003,7 @@ caf::behavior decode_engine(self_ptr self, engine_config cfg) {
       [self](prefill_end_atom, uint64_t id) { on_prefill_end(self, id); },
       [self](decode_end_atom, uint64_t id) { on_decode_end(self, id); },
       [self](report_tick_atom) { report(self); },
+      [self](on_gpu_atom, uint64_t id) { on_gpu(self, id); },
       [self](release_atom, uint64_t id) {
         drop_requests(
             self, [id](const assignment& a) { return a.request.id == id; },

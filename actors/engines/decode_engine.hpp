@@ -11,8 +11,8 @@
 //   layer_ready: the prefill engine wrote a layer (links: DE cnic_rx[rank] +
 //     DE dram); once every layer and the prefill summary are in, prefill ends
 //     (TTFT): the whole slot is verified byte for byte against the
-//     deterministic KV (actors/kv_layout.hpp), copied into GPU memory once
-//     (links: DE dram + cnic_rx[rank]; waits while HBM is full), the DRAM
+//     deterministic KV (actors/engines/kv_layout.hpp), copied into GPU memory
+//     once (links: DE dram + cnic_rx[rank]; waits while HBM is full), the DRAM
 //     slot is freed, and gen_tokens - 1 decode steps run with the compute
 //     model's TPOT (TTST = after the first step);
 //   persist: after decode, every completed Full Block that storage lacks is

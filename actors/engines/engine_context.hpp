@@ -1,7 +1,7 @@
 // What an engine actor is given when it is spawned: the emulated node it runs
 // on (links, storage reader, bulk transport, block store), its GPU, the model's
 // shape, the loading mode and the actors it talks to. The cluster builder
-// (actors/cluster.hpp) creates one node_resources per node and one
+// (actors/cluster/cluster.hpp) creates one node_resources per node and one
 // engine_config per engine; the same structures serve an embedded cluster
 // (`dualpath run`), separate processes (`dualpath node`) and simulated time.
 //
@@ -12,11 +12,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <caf/actor.hpp>
+#include <caf/fwd.hpp>
 
 #include "actors/engines/emulation.hpp"
 #include "actors/engines/load_board.hpp"
@@ -92,6 +94,12 @@ struct model_shape {
 /// layer, so coarsened engines cannot verify bytes. k = 1 returns `m`.
 model_shape coarsen(const model_shape& m, uint32_t k, uint32_t byte_scale);
 
+/// Whether an engine of `sys` waits for device work in place instead of
+/// taking the device's completion notice as a message: true under CAF's
+/// deterministic scheduler (simulated time), which must not be handed
+/// messages from another thread. Real-time systems never wait in place.
+bool waits_for_device_in_place(caf::actor_system& sys);
+
 /// One emulated node.
 struct node_resources {
   std::string name;
@@ -132,7 +140,9 @@ struct engine_config {
   emulated_time time;
   uint32_t byte_scale = 1;
   node_ptr node;
-  /// This engine's GPU (index `id.rank` of the node).
+  /// This engine's GPU (index `id.rank` of the node): a CUDA device or host
+  /// memory standing in for HBM; its pool holds the engine's whole budget
+  /// as one slab on a real data plane.
   std::shared_ptr<gpu::device> device;
   /// Peak dense FLOP/s times efficiency of one GPU.
   double gpu_flops = 0;
@@ -166,6 +176,9 @@ struct engine_config {
   observer_actor observer;
   /// Optional (null: not observed): timeline spans and metrics.
   observe::hooks_ptr hooks;
+  /// Optional: lines for the operator (e.g. that GPU memory is staged
+  /// through host memory for RDMA); the sink prints each distinct line once.
+  std::function<void(const std::string&)> notice;
 };
 
 } // namespace dualpath::actors

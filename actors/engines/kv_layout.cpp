@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "gpu/checksum.hpp"
 #include "transport/storage/block_format.hpp"
 #include "transport/storage/kv_content.hpp"
 
@@ -77,6 +78,52 @@ const std::byte* lease_payload(const buffer_lease& lease,
   if (lease.region.length >= transport::storage::header_bytes + payload_bytes)
     p += transport::storage::header_bytes;
   return p;
+}
+
+gpu::segment_grid slot_grid(uint32_t block_tokens, uint32_t layers,
+                            uint32_t tokens, size_t bpt) {
+  gpu::segment_grid g;
+  g.rows = layers;
+  g.row_bytes = size_t{tokens} * bpt;
+  g.row_stride = g.row_bytes;
+  g.segment_bytes = size_t{block_tokens} * bpt;
+  return g;
+}
+
+std::vector<uint64_t>
+slot_checksums(const std::vector<transport::block_hash>& hashes,
+               uint32_t block_tokens, uint32_t layers, uint32_t tokens,
+               size_t bpt) {
+  auto grid = slot_grid(block_tokens, layers, tokens, bpt);
+  std::vector<uint64_t> out(grid.count());
+  std::vector<std::byte> block(grid.segment_bytes);
+  const size_t blocks = grid.segments_per_row();
+  for (uint32_t l = 0; l < layers; ++l)
+    for (size_t b = 0; b < blocks && b < hashes.size(); ++b) {
+      auto first = static_cast<uint32_t>(b * block_tokens);
+      auto last = std::min(tokens, first + block_tokens);
+      fill_tokens(hashes, block_tokens, l, first, last, bpt, block.data());
+      out[l * blocks + b] =
+          gpu::block_checksum(block.data(), size_t{last - first} * bpt);
+    }
+  return out;
+}
+
+slot_check check_slot_checksums(const std::vector<uint64_t>& expected,
+                                const uint64_t* actual, uint32_t layers,
+                                size_t hashes) {
+  slot_check result;
+  const size_t blocks = layers == 0 ? 0 : expected.size() / layers;
+  for (size_t b = 0; b < blocks; ++b) {
+    bool ok = b < hashes;
+    for (uint32_t l = 0; ok && l < layers; ++l)
+      ok = actual[l * blocks + b] == expected[l * blocks + b];
+    if (ok)
+      ++result.blocks_ok;
+    else
+      ++result.blocks_failed;
+  }
+  return result;
 }
 
 } // namespace dualpath::actors

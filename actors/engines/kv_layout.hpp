@@ -17,7 +17,7 @@
 // partial block to a full one, the full block's hash differs and its KV is
 // computed anew: partial blocks are never persisted and always recomputed.
 //
-// Thread safety: pure functions.
+// Thread safety: pure functions (CAF-free apart from gpu::segment_grid).
 #pragma once
 
 #include <cstddef>
@@ -26,6 +26,7 @@
 
 #include "actors/protocol/messages.hpp"
 #include "actors/protocol/token_list.hpp"
+#include "gpu/device.hpp"
 #include "transport/types.hpp"
 
 namespace dualpath::actors {
@@ -57,6 +58,27 @@ struct slot_check {
 slot_check check_slot(const std::vector<transport::block_hash>& hashes,
                       uint32_t block_tokens, uint32_t layers, uint32_t tokens,
                       size_t bpt, const std::byte* slot);
+
+/// The Layer Blocks of a decode slot as a segment grid (gpu::segment_grid):
+/// one row per layer, one segment per block (the last one shorter for a
+/// partial block); result l * blocks + b is block b of layer l.
+gpu::segment_grid slot_grid(uint32_t block_tokens, uint32_t layers,
+                            uint32_t tokens, size_t bpt);
+
+/// The checksum (gpu::block_checksum) every Layer Block of a decode slot
+/// must have, in slot_grid() order: computed from the deterministic content,
+/// without the slot.
+std::vector<uint64_t>
+slot_checksums(const std::vector<transport::block_hash>& hashes,
+               uint32_t block_tokens, uint32_t layers, uint32_t tokens,
+               size_t bpt);
+
+/// check_slot() from Layer Block checksums measured where the KV lies
+/// (`actual`, slot_grid() order) against slot_checksums() (`expected`): a
+/// block is exact when all its layers match.
+slot_check check_slot_checksums(const std::vector<uint64_t>& expected,
+                                const uint64_t* actual, uint32_t layers,
+                                size_t hashes);
 
 /// Byte offset of token `token` of layer `layer` in a decode slot.
 inline uint64_t slot_offset(uint32_t layer, uint32_t tokens, uint32_t token,

@@ -10,33 +10,50 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/type_id.hpp>
 
 #include "actors/bulk/bulk_post.hpp"
-#include "actors/engines/engine_timing.hpp"
+#include "actors/engines/engine_common.hpp"
 #include "actors/engines/kv_layout.hpp"
 #include "actors/protocol/decode_engine_actor.hpp"
 #include "transport/storage/block_format.hpp"
+
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, loaded_atom,
+             "lsloaded")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, computed_atom,
+             "lscomputed")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, sent_atom,
+             "lssent")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, sent_done_atom,
+             "lssentdone")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, copied_atom,
+             "lscopied")
 
 namespace dualpath::actors {
 
 namespace {
 
-namespace bulk = transport::bulk;
+using namespace dualpath::actors::streamer_atoms;
 
-// Timer and completion messages the streamer sends itself (in-process only).
-using loaded_atom = caf::atom_constant<caf::atom("lsloaded")>;
-constexpr auto loaded_atom_v = loaded_atom::value;
-using computed_atom = caf::atom_constant<caf::atom("lscomputed")>;
-constexpr auto computed_atom_v = computed_atom::value;
-using sent_atom = caf::atom_constant<caf::atom("lssent")>;
-constexpr auto sent_atom_v = sent_atom::value;
-using sent_done_atom = caf::atom_constant<caf::atom("lssentdone")>;
-constexpr auto sent_done_atom_v = sent_done_atom::value;
+namespace bulk = transport::bulk;
 
 using time_point = emulated_time::time_point;
 
+/// The H2D copies of a layer: none in flight, or in flight (their event's
+/// completion notice, a `copied` message, is on its way).
+enum class copy_phase : uint8_t { idle, in_flight };
+
 struct layer_state {
   gpu::device_buffer gpu;
+  copy_phase copy = copy_phase::idle;
+  // The layer was sent while its copies were in flight: it is freed when
+  // they complete.
+  bool release_waits = false;
+  // Layer Blocks pushed by decode engines land in `gpu` directly (GPU
+  // memory registered for RDMA), not in the staging.
+  bool direct = false;
   uint32_t pending_pushes = 0;
   uint32_t pending_sends = 0;
   caf::error send_error; // the first failed send's, as the transport said
@@ -78,23 +95,16 @@ struct streamer_state {
   std::deque<std::pair<stream_plan, caf::response_promise>> queue;
   std::unique_ptr<active_batch> batch;
   static inline const char* name = "layer_streamer";
+
+  // A batch's GPU buffers may still be the target of copies in flight: they
+  // complete before the buffers return to the pool.
+  ~streamer_state() {
+    if (batch && staging && staging->stream.valid())
+      static_cast<void>(cfg.device->synchronize(staging->stream));
+  }
 };
 
 using self_ptr = caf::stateful_actor<streamer_state>*;
-
-// Whether the mode moves KV at all (timing); Oracle assumes it resident.
-bool moves_bytes(const engine_config& cfg) {
-  return cfg.mode != load_mode::oracle;
-}
-
-// Whether real bytes are copied too (not on a modeled data plane).
-bool copies_bytes(const engine_config& cfg) {
-  return moves_bytes(cfg) && cfg.real_bytes;
-}
-
-uint64_t bpt(const engine_config& cfg) {
-  return cfg.model.real_bytes_per_token_layer;
-}
 
 uint64_t layer_bytes(const active_batch& b, const engine_config& cfg) {
   return b.batch_tokens * bpt(cfg);
@@ -133,9 +143,8 @@ void trace(self_ptr self, const char* track, const char* name, int32_t layer,
   auto b = since_start(st.cfg.time, begin);
   auto e = since_start(st.cfg.time, end);
   for (auto& item : st.batch->plan.items)
-    h->span(observe::span_record{
-        st.cfg.id.node, track + std::to_string(st.cfg.id.rank) + direction,
-        name, item.request_id, layer, b, e, nominal_bytes});
+    span(st.cfg, track, name, item.request_id, layer, b, e, nominal_bytes,
+         direction);
 }
 
 // The window in which this engine's compute NIC (one direction) moved
@@ -158,6 +167,11 @@ void fail(self_ptr self, caf::error err) {
   if (!st.batch || st.batch->failed)
     return;
   st.batch->failed = true;
+  // Copies in flight still read the staging and write the layers' GPU
+  // memory: they finish before either is reused (a rare, failed path may
+  // wait; their notices then find no batch and are dropped).
+  if (st.staging->stream.valid())
+    static_cast<void>(st.cfg.device->synchronize(st.staging->stream));
   if (auto& h = st.cfg.hooks)
     h->count("dualpath_errors_total",
              {{"source", "layer_streamer"}, {"kind", "stream"}});
@@ -167,21 +181,68 @@ void fail(self_ptr self, caf::error err) {
     advance(self);
 }
 
-void h2d(self_ptr self, uint32_t l, std::vector<gpu::copy_chunk> chunks) {
+// Submits layer l's copies staging -> GPU memory (one batched call where the
+// device has it) and the layer's event; its completion notice is a `copied`
+// message. False when no copy is in flight (nothing to copy, failed, or
+// waited for in place under simulated time).
+bool h2d(self_ptr self, uint32_t l, std::vector<gpu::copy_chunk> chunks) {
+  auto& st = self->state;
+  auto& b = *st.batch;
+  auto& lay = b.layers[l];
+  if (chunks.empty() || !lay.gpu.valid())
+    return false;
+  auto& dev = *st.cfg.device;
+  auto& staging = *st.staging;
+  auto slot = l % b.window;
+  while (staging.events.size() <= slot) {
+    auto ev = dev.make_event();
+    if (!ev) {
+      fail(self, std::move(ev.error()));
+      return false;
+    }
+    staging.events.push_back(std::move(*ev));
+  }
+  auto& ev = staging.events[slot];
+  auto err = dev.copy_h2d(staging.pinned, lay.gpu, chunks, staging.stream);
+  if (!err)
+    err = dev.record(ev, staging.stream);
+  if (!err && waits_for_device_in_place(self->home_system())) {
+    // Simulated time: complete now, as if the notice had arrived.
+    err = dev.synchronize(ev);
+    if (err)
+      fail(self, std::move(err));
+    return false;
+  }
+  if (!err) {
+    auto hdl = caf::actor_cast<caf::actor>(self);
+    err = dev.notify(ev, staging.stream, [hdl, batch_id = b.plan.batch_id, l] {
+      caf::anon_send(hdl, copied_atom_v, batch_id, l);
+    });
+  }
+  if (err) {
+    fail(self, std::move(err));
+    return false;
+  }
+  lay.copy = copy_phase::in_flight;
+  return true;
+}
+
+void release_layer(self_ptr self, uint32_t l);
+
+// Layer l's copies completed: a loading layer is loaded; a sent one is
+// freed.
+void on_copied(self_ptr self, uint32_t l) {
   auto& st = self->state;
   auto& lay = st.batch->layers[l];
-  if (chunks.empty() || !lay.gpu.valid())
+  if (lay.copy != copy_phase::in_flight)
     return;
-  auto& dev = *st.cfg.device;
-  if (auto err = dev.copy_h2d(st.staging->pinned, lay.gpu, chunks,
-                              st.staging->stream)) {
-    fail(self, std::move(err));
-    return;
+  lay.copy = copy_phase::idle;
+  if (!lay.loaded) {
+    lay.loaded = true;
+    advance(self);
+  } else if (lay.release_waits) {
+    release_layer(self, l);
   }
-  // The real copy is small (byte-scaled): waiting for it keeps the staging
-  // slot reusable; its duration is modelled by the links, not by this wait.
-  if (auto err = dev.synchronize(st.staging->stream))
-    fail(self, std::move(err));
 }
 
 void start_load(self_ptr self, uint32_t l) {
@@ -245,14 +306,29 @@ void start_load(self_ptr self, uint32_t l) {
           link_window(cfg, false, local_nominal, rx, now), rx, local_nominal,
           " rx");
   }
+  // Where decode engines push: into the layer's GPU memory when it lies in
+  // the slab registered for RDMA, else into the staging (copied in later).
+  auto& staging = *st.staging;
+  uint64_t gpu_base = 0;
+  if (staging.direct && lay.gpu.valid()) {
+    auto at = cfg.device->locate(lay.gpu);
+    if (at && at->slab == staging.device_slab) {
+      lay.direct = true;
+      gpu_base = at->offset;
+    }
+  }
   for (size_t i = 0; i < b.plan.items.size(); ++i) {
     auto& item = b.plan.items[i];
     if (item.hit_blocks <= item.pe_side_blocks)
       continue;
     uint32_t first = item.pe_side_blocks * bt;
     uint32_t count = (item.hit_blocks - item.pe_side_blocks) * bt;
-    auto dst = st.staging->registration.describe().subrange(
-        staging_offset(b, cfg, l, i, first), uint64_t{count} * bpt(cfg));
+    auto dst = lay.direct ? staging.device_registration.describe().subrange(
+                   gpu_base + (b.token_offset[i] + first) * bpt(cfg),
+                   uint64_t{count} * bpt(cfg))
+                          : staging.registration.describe().subrange(
+                              staging_offset(b, cfg, l, i, first),
+                              uint64_t{count} * bpt(cfg));
     if (!dst) {
       fail(self, std::move(dst.error()));
       return;
@@ -302,6 +378,9 @@ void on_pushed(self_ptr self, const layer_ready& r) {
   lay.timing.transfer_ns =
       std::max(lay.timing.transfer_ns, to_ns(t - lay.load_start));
   b.bytes_moved += r.bytes;
+  if (cfg.hooks && cfg.real_bytes && !lay.direct)
+    cfg.hooks->count("dualpath_gpu_staged_bytes_total", {{"node", cfg.id.node}},
+                     static_cast<double>(nominal));
   if (--lay.pending_pushes == 0) {
     if (skips_load_timers(cfg)) {
       lay.load_known = true;
@@ -317,22 +396,36 @@ void on_loaded(self_ptr self, uint32_t l) {
   auto& st = self->state;
   auto& b = *st.batch;
   auto& cfg = st.cfg;
+  auto& lay = b.layers[l];
+  if (lay.direct) {
+    // Every push of the layer completed: the RDMA writes into GPU memory
+    // become visible to the device work that reads them (compute).
+    if (auto err = cfg.device->order_remote_writes()) {
+      fail(self, std::move(err));
+      return;
+    }
+  }
   if (copies_bytes(cfg)) {
+    // The hits from the staging: the PE side's, and the DE side's unless
+    // they were pushed into GPU memory directly.
     std::vector<gpu::copy_chunk> chunks;
     for (size_t i = 0; i < b.plan.items.size(); ++i) {
       auto& item = b.plan.items[i];
-      uint64_t hit_tokens = uint64_t{item.hit_blocks} * cfg.model.block_tokens;
+      uint64_t blocks = lay.direct ? item.pe_side_blocks : item.hit_blocks;
+      uint64_t hit_tokens =
+          std::min<uint64_t>(blocks * cfg.model.block_tokens, item.tokens);
       if (hit_tokens == 0)
         continue;
       chunks.push_back(gpu::copy_chunk{staging_offset(b, cfg, l, i, 0),
                                        (b.token_offset[i]) * bpt(cfg),
                                        hit_tokens * bpt(cfg)});
     }
-    h2d(self, l, std::move(chunks));
+    if (h2d(self, l, std::move(chunks)))
+      return; // loaded once the copies complete (on_copied)
     if (!st.batch)
       return;
   }
-  b.layers[l].loaded = true;
+  lay.loaded = true;
   advance(self);
 }
 
@@ -357,6 +450,7 @@ void on_computed(self_ptr self, uint32_t l) {
           gpu::copy_chunk{off, (b.token_offset[i] + first) * bpt(cfg),
                           uint64_t{item.tokens - first} * bpt(cfg)});
     }
+    // The layer is freed only once these copies completed (on_copied).
     h2d(self, l, std::move(chunks));
     if (!st.batch)
       return;
@@ -491,6 +585,18 @@ void on_sent_done(self_ptr self, uint32_t l) {
                layer_atom_v,
                layer_ready{item.request_id, l, bytes, bytes ? done_ns : 0});
   }
+  if (lay.copy == copy_phase::in_flight) {
+    lay.release_waits = true; // on_copied frees it
+    return;
+  }
+  release_layer(self, l);
+}
+
+// Frees layer l's GPU memory and its staging slot, admitting layer l +
+// window.
+void release_layer(self_ptr self, uint32_t l) {
+  auto& b = *self->state.batch;
+  auto& lay = b.layers[l];
   lay.gpu = gpu::device_buffer{};
   lay.sent = true;
   while (b.first_live < b.layers.size() && b.layers[b.first_live].sent)
@@ -660,7 +766,73 @@ caf::behavior streamer(self_ptr self, engine_config cfg,
         if (current(batch_id, l))
           on_sent_done(self, l);
       },
+      [self, current](copied_atom, uint64_t batch_id, uint32_t l) {
+        if (current(batch_id, l))
+          on_copied(self, l);
+      },
   };
+}
+
+} // namespace
+
+namespace {
+
+// Registers the engine's GPU memory (its device's first pool slab, the whole
+// HBM budget) with the node's bulk transport for RDMA writes: as dma-buf
+// device memory where the device exports it and the transport takes it, as
+// host memory where the device's memory is host memory (the host backend).
+// Otherwise the staging stays the landing zone, said once (notice) and
+// counted per byte (dualpath_gpu_staged_bytes_total).
+void register_gpu_memory(const engine_config& cfg, pe_staging& staging) {
+  auto& dev = *cfg.device;
+  auto& bulk = *cfg.node->bulk;
+  const auto& caps = dev.capabilities();
+  auto slabs = dev.slabs();
+  caf::error err;
+  if (slabs.empty()) {
+    err = caf::make_error(gpu::gpu_errc::unsupported,
+                          "the device has no memory pool slab");
+  } else if (caps.host_addressable) {
+    auto reg = bulk.register_region(slabs[0].base, slabs[0].size);
+    if (reg)
+      staging.device_registration = std::move(*reg);
+    else
+      err = std::move(reg.error());
+  } else if (!caps.dmabuf_export) {
+    err = caf::make_error(gpu::gpu_errc::unsupported,
+                          caps.name + " cannot export dma-buf: " + caps.notes);
+  } else if (!bulk.caps().device_memory) {
+    err = caf::make_error(transport::transport_errc::unsupported,
+                          "the " + bulk.caps().name
+                              + " bulk transport registers host memory only");
+  } else {
+    auto fd = dev.export_dmabuf(0);
+    if (!fd) {
+      err = std::move(fd.error());
+    } else {
+      // The registration keeps its own reference to the dma-buf; the fd
+      // closes when `fd` goes.
+      auto reg =
+          bulk.register_region(slabs[0].base, slabs[0].size,
+                               transport::bulk::memory_kind::device, fd->fd());
+      if (reg)
+        staging.device_registration = std::move(*reg);
+      else
+        err = std::move(reg.error());
+    }
+  }
+  if (!err) {
+    staging.direct = true;
+    staging.device_slab = 0;
+    return;
+  }
+  staging.staged_why = gpu::describe(err);
+  if (cfg.notice)
+    cfg.notice("GPU memory of " + caps.name + " is not registered for RDMA ("
+               + staging.staged_why
+               + "): Layer Blocks pushed by decode engines are staged "
+                 "through host memory and copied in (counted in "
+                 "dualpath_gpu_staged_bytes_total)");
 }
 
 } // namespace
@@ -672,8 +844,13 @@ pe_staging::make(const engine_config& cfg) {
   if (result->size == 0 || cfg.mode == load_mode::oracle)
     return result;
   // Not value-initialised: pages are touched only when KV lands there.
-  result->memory.reset(new std::byte[result->size]);
+  result->memory = gpu::allocate_host_memory(result->size);
+  if (!result->memory)
+    return caf::make_error(gpu::gpu_errc::out_of_memory,
+                           "prefill staging of " + std::to_string(result->size)
+                               + " B: no host memory");
   if (cfg.device) {
+    result->device = cfg.device;
     auto pinned = cfg.device->pin(result->memory.get(), result->size);
     if (!pinned)
       return std::move(pinned.error());
@@ -689,8 +866,16 @@ pe_staging::make(const engine_config& cfg) {
     if (!reg)
       return std::move(reg.error());
     result->registration = std::move(*reg);
+    if (cfg.device && cfg.real_bytes)
+      register_gpu_memory(cfg, *result);
   }
   return result;
+}
+
+pe_staging::~pe_staging() {
+  // Copies in flight read `memory` and write GPU memory: done first.
+  if (device && stream.valid())
+    static_cast<void>(device->synchronize(stream));
 }
 
 layer_streamer_actor spawn_layer_streamer(caf::actor_system& sys,

@@ -9,20 +9,25 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/type_id.hpp>
 
-#include "actors/engines/engine_timing.hpp"
+#include "actors/engines/engine_common.hpp"
 #include "actors/engines/kv_layout.hpp"
 #include "actors/engines/layer_streamer.hpp"
 #include "actors/protocol/decode_engine_actor.hpp"
 #include "actors/protocol/scheduler_actor.hpp"
 #include "gpu/device.hpp"
 
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::prefill_atoms, fetch_tick_atom,
+             "petick")
+
 namespace dualpath::actors {
 
 namespace {
 
-using fetch_tick_atom = caf::atom_constant<caf::atom("petick")>;
-constexpr auto fetch_tick_atom_v = fetch_tick_atom::value;
+using namespace dualpath::actors::prefill_atoms;
 
 // The reply to one work batch: its requests become jobs and the reply joins
 // them (bytes moved add up; the last job's layer timings are kept).
@@ -321,32 +326,20 @@ void start_job(self_ptr self, job& j) {
     rr.first_block = 0;
     rr.tokens = j.plan.pe_side_blocks * cfg.model.block_tokens;
     auto id = j.id;
-    self->request(cfg.node->reader, caf::infinite, read_atom_v, std::move(rr))
-        .then(
-            [self, id](read_completion& c) {
-              auto j = find_job(self, id);
-              if (!j) {
-                std::vector<uint64_t> ids;
-                for (auto& l : c.leases)
-                  ids.push_back(l.lease_id);
-                release_leases(self, ids);
-                return;
-              }
-              j->pe_read = std::move(c);
-              j->pe_read_done = true;
-              check_job(self, *j);
-            },
-            [self, id, blocks = rr.blocks](caf::error&) {
-              // The reader failed as a whole: every PE-side block is a miss
-              // (recomputed), as for single failed blocks.
-              if (auto j = find_job(self, id)) {
-                j->pe_read = read_completion{};
-                j->pe_read.request_id = j->a.request.id;
-                j->pe_read.failed = blocks;
-                j->pe_read_done = true;
-                check_job(self, *j);
-              }
-            });
+    read_blocks(self, cfg.node->reader, std::move(rr),
+                [self, id](read_completion c) {
+                  auto j = find_job(self, id);
+                  if (!j) {
+                    std::vector<uint64_t> ids;
+                    for (auto& l : c.leases)
+                      ids.push_back(l.lease_id);
+                    release_leases(self, ids);
+                    return;
+                  }
+                  j->pe_read = std::move(c);
+                  j->pe_read_done = true;
+                  check_job(self, *j);
+                });
   } else {
     j.pe_read_done = true;
   }
@@ -355,10 +348,8 @@ void start_job(self_ptr self, job& j) {
 engine_load own_load(self_ptr self);
 
 // seq_e / tok_e change only where jobs come and go, and both end in pump().
-void publish_load(self_ptr self) {
-  auto& node = self->state.cfg.node;
-  if (node && node->loads)
-    node->loads->publish(own_load(self));
+void publish(self_ptr self) {
+  publish_load(self->state.cfg, own_load(self));
 }
 
 // Starts the jobs inside the look-ahead window, then the admissions.
@@ -376,17 +367,12 @@ void pump(self_ptr self) {
   // Jobs that need neither reads nor a pending admission may be ready now.
   for (size_t k = 0; k < std::min(window, st.jobs.size()); ++k)
     check_job(self, *st.jobs[k]);
-  publish_load(self);
+  publish(self);
 }
 
 engine_load own_load(self_ptr self) {
   auto& st = self->state;
-  engine_load x;
-  x.engine = st.cfg.id;
-  x.seq = st.seq;
-  x.tok = st.tok;
-  x.free_hbm_bytes = free_hbm_nominal(st.cfg);
-  return x;
+  return own_load_of(st.cfg, st.seq, st.tok);
 }
 
 caf::result<engine_load> status(self_ptr self) {
@@ -519,10 +505,9 @@ caf::behavior prefill_engine(self_ptr self, engine_config cfg) {
                              "decode engine lost"));
   });
   auto& c = self->state.cfg;
-  if ((c.group_leader || (c.id.rank == 0 && !c.group_members.empty()))
-      && c.scheduler)
+  if (leads_group(c))
     schedule_fetch(self);
-  publish_load(self);
+  publish(self);
   return {
       [self](prefill_atom, work_batch& w) -> caf::result<stream_report> {
         auto& st = self->state;

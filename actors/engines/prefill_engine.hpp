@@ -10,8 +10,8 @@
 //      of the request are recomputed), the decode engine is told the outcome
 //      (prefill_summary);
 //   4. streaming: ready jobs go to the layer streamer in order
-//      (actors/layer_streamer.hpp), which moves and computes the layers one
-//      job at a time; the reply frees the leases.
+//      (actors/engines/layer_streamer.hpp), which moves and computes the layers
+//      one job at a time; the reply frees the leases.
 // So the next jobs' storage reads and admissions overlap the current job's
 // compute, as a real engine's load queue does; the look-ahead bounds the
 // buffer and decode slots one engine holds to lookahead + 1 requests.

@@ -2,12 +2,17 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <ostream>
+#include <set>
 #include <thread>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
+#include <caf/type_id.hpp>
 
+#include "actors/cluster/bounds.hpp"
 #include "actors/cluster/cluster.hpp"
 #include "actors/cluster/replay.hpp"
 #include "actors/node/node_system.hpp"
@@ -18,9 +23,18 @@
 #include "transport/bulk/backend.hpp"
 #include "transport/storage/block_store.hpp"
 
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::node::runtime_atoms, tick_atom,
+             "nodetick")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::node::runtime_atoms, snic_atom,
+             "snicusage")
+
 namespace dualpath::actors::node {
 
 namespace {
+
+using namespace dualpath::actors::node::runtime_atoms;
 
 using namespace std::chrono;
 namespace storage = transport::storage;
@@ -153,10 +167,8 @@ void wait_for(const std::atomic<bool>& stop, const std::atomic<bool>& lost) {
 
 // -- the node agent -----------------------------------------------------------
 
-using tick_atom = caf::atom_constant<caf::atom("nodetick")>;
 // Asks a node agent for its storage NIC's counters: (nominal bytes moved so
 // far, rate in bytes/s). Builtin types only, so nothing to register.
-using snic_atom = caf::atom_constant<caf::atom("snicusage")>;
 
 struct agent_state {
   static inline const char* name = "dualpath.node_agent";
@@ -281,6 +293,8 @@ caf::error run_scheduler_node(const config::settings& cfg,
   if (!store)
     return store.error();
   node_system_config sys_cfg{cfg, cf, log};
+  if (sys_cfg.caf_error())
+    return sys_cfg.caf_error();
   caf::actor_system sys{sys_cfg};
   auto sched = spawn_scheduler(
       sys,
@@ -328,6 +342,20 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
   auto spec = deployment_spec(cfg, cf);
   if (!spec)
     return spec.error();
+  // The node's GPUs (gpu.backend, gpu.device, its gpus list), before
+  // anything else starts; the choice and each engine's device are logged,
+  // every distinct line once.
+  auto gpus = cluster::plan_gpus(cfg);
+  if (!gpus)
+    return gpus.error();
+  spec->gpus = *gpus;
+  auto seen = std::make_shared<std::pair<std::mutex, std::set<std::string>>>();
+  spec->notice = [seen, &log, name = me.name](const std::string& line) {
+    std::lock_guard<std::mutex> guard{seen->first};
+    if (seen->second.insert(line).second)
+      log << "dualpath node " << name << ": " << line << std::endl;
+  };
+  spec->notice(gpus->reason);
   auto store = open_store(cfg, *spec, cf.storage_of(me.name));
   if (!store)
     return store.error();
@@ -357,6 +385,8 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
   auto chosen = std::move(made->reason);
   std::shared_ptr<transport::bulk::backend> bulk{std::move(made->chosen)};
   node_system_config sys_cfg{cfg, cf, log};
+  if (sys_cfg.caf_error())
+    return sys_cfg.caf_error();
   std::atomic<bool> lost{false};
   caf::error result;
   {
@@ -392,7 +422,7 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
     auto group = static_cast<uint32_t>(
         std::find(names.begin(), names.end(), me.name) - names.begin());
     auto engines = cluster::spawn_node_engines(sys, *spec, built->node, group,
-                                               time, scheduler);
+                                               time, scheduler, me.gpus);
     caf::scoped_actor self{sys};
     caf::actor agent;
     if (!engines) {
@@ -495,6 +525,7 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
   if (!trace)
     return trace.error();
   cluster::job_result result;
+  result.bounds = cluster::trace_bounds(*trace, *spec);
   result.byte_scale = spec->byte_scale;
   result.time_scale = spec->time_scale;
   // The trajectories' history goes into the shared store first.
@@ -523,6 +554,8 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
   result.populated_blocks = pop->written + pop->present;
   // Join the deployment as a client.
   node_system_config sys_cfg{cfg, cf, log};
+  if (sys_cfg.caf_error())
+    return sys_cfg.caf_error();
   caf::actor_system sys{sys_cfg};
   auto& sn = cf.scheduler_node();
   auto sup_hdl = connect_actor(sys, sys_cfg.security(), sn.host, sn.port,
@@ -613,6 +646,7 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
         a.bytes -= std::min(a.bytes, b.bytes);
   auto report =
       cluster::summarize(variant->name, *outcome, snic_after, cluster::slo{});
+  cluster::set_bound(report, cluster::bound_for(result.bounds, spec->mode));
   for (auto& rec : outcome->records)
     if (rec.result.verify_failures > 0)
       result.failures.push_back(

@@ -14,7 +14,7 @@
 // the view: it connects the bulk transport to every new peer and, when a node
 // is lost, drops it and tells the local prefill engines, whose requests to
 // the lost node are answered by nobody otherwise; the scheduler re-queues
-// what the lost node held (actors/scheduler.cpp).
+// what the lost node held (actors/placement/global_scheduler.cpp).
 //
 // Thread safety: run_node blocks its caller until `stop` becomes true or the
 // scheduler node is lost; run_cluster_job blocks until the replay ends.

@@ -1,5 +1,5 @@
 // The actor system of one dualpath process that joins a deployment: every
-// message type registered by name (actors/register.hpp), the middleman
+// message type registered by name (actors/protocol/register.hpp), the middleman
 // loaded, and with `tls.mode = "tls"` the openssl manager with the cluster's
 // certificate, key and CA, so that every node-to-node link is TLS with mutual
 // certificate checks. Publishing and connecting go through `publish_actor` and
@@ -35,8 +35,14 @@ public:
     return security_;
   }
 
+  /// Why CAF's own options (config/caf_options.hpp) did not apply, if so.
+  const caf::error& caf_error() const {
+    return caf_error_;
+  }
+
 private:
   link_security security_;
+  caf::error caf_error_;
 };
 
 /// Publishes `hdl` on `host:port` (TLS or plain, by `security`).

@@ -1,8 +1,8 @@
-// The node supervisor (interface: actors/node_supervisor_actor.hpp) runs on the
-// scheduler's node and is the one actor every other node connects to over the
-// middleman. It keeps the cluster view: which nodes joined, their engines,
-// their bulk-transport endpoints and actor handles, and the cluster's time
-// origin. It monitors every actor of every joined node; when one goes down
+// The node supervisor (interface: actors/protocol/node_supervisor_actor.hpp)
+// runs on the scheduler's node and is the one actor every other node connects
+// to over the middleman. It keeps the cluster view: which nodes joined, their
+// engines, their bulk-transport endpoints and actor handles, and the cluster's
+// time origin. It monitors every actor of every joined node; when one goes down
 // (the node was lost: a killed process or an unreachable host arrives as
 // remote_link_unreachable) the node leaves the view and the epoch advances.
 // Nodes poll the view to connect their bulk transport to new peers and to

@@ -2,15 +2,16 @@
 // scheduler call to report timeline spans and metrics while they work. An
 // actor holds a `hooks_ptr` that is null when nothing observes the run; every
 // call site is guarded by `if (hooks)`, so an unobserved run pays one pointer
-// test per step. The implementation (actors/observe/recorder.hpp) feeds a
-// metrics registry (Prometheus endpoint), a timeline (Chrome trace-event
+// test per step. The implementation (actors/cluster/observe_session.hpp) feeds
+// a metrics registry (Prometheus endpoint), a timeline (Chrome trace-event
 // JSON) and the observer hub actor (snapshots, events).
 //
-// This header needs no library (CAF's type_name is header-only), so the
-// actors module can include it without depending on the observe module.
+// This header needs no library (CAF's type_name is header-only); the wings
+// that call hooks (storage, engines, placement) sit above observe/ and never
+// need its registry or endpoint.
 //
 // Times: emulated nanoseconds since the cluster's start (see
-// actors/emulation.hpp); `at()` converts an actor-clock time point.
+// actors/engines/emulation.hpp); `at()` converts an actor-clock time point.
 // Thread safety: implementations must be callable from any actor thread.
 // Ownership: hooks are shared (shared_ptr) by every actor of a cluster.
 #pragma once

@@ -6,16 +6,21 @@
 
 #include <caf/actor_cast.hpp>
 #include <caf/send.hpp>
+#include <caf/type_id.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/observe/metrics.hpp"
+
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::observe::hub_atoms, tick_atom,
+             "obstick")
 
 namespace dualpath::actors::observe {
 
 namespace {
 
-using tick_atom = caf::atom_constant<caf::atom("obstick")>;
-constexpr auto tick_atom_v = tick_atom::value;
+using namespace dualpath::actors::observe::hub_atoms;
 
 using hub_impl = observer_hub_actor::extend<caf::reacts_to<tick_atom>>;
 
@@ -28,6 +33,18 @@ struct hub_state {
 using self_ptr = hub_impl::stateful_pointer<hub_state>;
 
 // `name{k="v",...}` for the labels other than `skip`.
+// The labels of a series made from a snapshot or an event: the current
+// mode (if any) and the source (if any).
+label_set labels_of(const observer_hub_config& cfg, const std::string& source) {
+  label_set out;
+  if (cfg.mode)
+    if (auto mode = cfg.mode(); !mode.empty())
+      out.emplace_back("mode", std::move(mode));
+  if (!source.empty())
+    out.emplace_back("source", source);
+  return out;
+}
+
 std::string sample_name(const series_sample& s, const std::string& skip) {
   std::string out = s.name;
   bool first = true;
@@ -111,17 +128,17 @@ observer_hub_actor spawn_observer_hub(caf::actor_system& sys,
         [self](snapshot_atom, const state_snapshot& snap) {
           if (auto& m = self->state.cfg.metrics)
             for (auto& s : snap.samples)
-              m->set(s.name, {{"source", snap.source}}, s.value);
+              m->set(s.name, labels_of(self->state.cfg, snap.source), s.value);
           broadcast(self, snapshot_atom_v, snap);
         },
         [self](event_atom, const event_record& ev) {
           if (auto& m = self->state.cfg.metrics) {
             if (ev.kind == "error")
-              m->add("dualpath_errors_total", {{"source", ev.source}});
-            else if (ev.kind == "reroute")
-              m->add("dualpath_reroutes_total", {});
+              m->add("dualpath_errors_total",
+                     labels_of(self->state.cfg, ev.source));
             else if (ev.kind == "tcp_fallback")
-              m->add("dualpath_bulk_tcp_fallback_total", {{"node", ev.source}});
+              m->add("dualpath_bulk_tcp_fallback_total",
+                     labels_of(self->state.cfg, {}));
           }
           broadcast(self, event_atom_v, ev);
         },

@@ -167,7 +167,8 @@ void observe_load(const scheduler_state& s, const engine_load& e) {
              static_cast<double>(e.free_hbm_bytes));
 }
 
-// Observation: a finished request's latencies, errors and reroutes.
+// Observation: a finished request's latencies and errors (reroutes are
+// counted by requeue()).
 void observe_done(const scheduler_state& s, const request_result& r) {
   auto& h = s.cfg.hooks;
   if (!h)
@@ -181,8 +182,6 @@ void observe_done(const scheduler_state& s, const request_result& r) {
     h->count("dualpath_errors_total",
              {{"source", "decode_engine"}, {"kind", "verify"}},
              r.verify_failures);
-  if (r.reroutes > 0)
-    h->count("dualpath_reroutes_total", {}, r.reroutes);
 }
 
 // Records the decisions of one policy call. Assignments of `for_group` (the
@@ -255,6 +254,9 @@ void requeue(self_ptr self, tracked_request& t, const std::string& why) {
   ++s.counters.rerouted;
   s.waiting.push_front(t.info);
   emit_event(self, "reroute", t.spec.id, why);
+  // Counted when it happens (a rerouted request may never complete).
+  if (s.cfg.hooks)
+    s.cfg.hooks->count("dualpath_reroutes_total", {});
 }
 
 // Requests routed to a lost decode group (or assigned to a lost prefill
@@ -345,14 +347,14 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
     return caf::make_error(caf::sec::invalid_argument,
                            "scheduler needs at least one prefill and one "
                            "decode engine");
-  std::string why;
-  auto st = scheduler::cluster_state::make(std::move(pe), std::move(de),
-                                           cfg.nodes, why);
-  if (!why.empty())
+  auto st =
+      scheduler::cluster_state::make(std::move(pe), std::move(de), cfg.nodes);
+  if (!st)
     return caf::make_error(caf::sec::invalid_argument,
-                           "scheduler cluster description: " + why);
+                           "scheduler cluster description: "
+                               + caf::to_string(st.error()));
   auto hdl = sys.spawn([cfg = std::move(cfg),
-                        st = std::move(st)](self_ptr self) mutable
+                        st = std::move(*st)](self_ptr self) mutable
                        -> scheduler_actor::behavior_type {
     auto& s = self->state;
     s.cfg = std::move(cfg);

@@ -1,6 +1,7 @@
-// The global scheduler actor (interface: actors/scheduler_actor.hpp): one
-// waiting queue for the whole cluster, driven by the engine groups' leaders.
-// It is a thin wrapper around the pure policies of scheduler/ (policy.hpp):
+// The global scheduler actor (interface: actors/protocol/scheduler_actor.hpp):
+// one waiting queue for the whole cluster, driven by the engine groups'
+// leaders. It is a thin wrapper around the pure policies of scheduler/
+// (policy.hpp):
 //  - submit: looks the prompt up in the block store (hit blocks), queues it;
 //    the reply is the request's result, sent when its decode engine reports
 //    it done;

@@ -339,8 +339,8 @@ struct stream_item {
   /// The decode engine receiving the KV (a decode_engine_actor).
   caf::actor decode_actor;
   /// Hash of every block of the prompt, a trailing partial block included
-  /// (see actors/kv_layout.hpp); the KV of miss tokens is computed from these.
-  /// Empty on a modeled data plane (no bytes to compute).
+  /// (see actors/engines/kv_layout.hpp); the KV of miss tokens is computed from
+  /// these. Empty on a modeled data plane (no bytes to compute).
   std::vector<block_hash> hashes;
 };
 

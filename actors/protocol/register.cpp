@@ -11,10 +11,11 @@
 #include "transport/storage/errors.hpp"
 #include "transport/type_ids.hpp"
 
-// Every module's type-ID block lies at its own fixed offset; they must not
-// overlap (CAF allows gaps).
-static_assert(caf::id_block::dualpath_transport::end <= 250,
-              "transport block overflows into transport_storage's range");
+// Every type-ID block lies at its own fixed offset (transport 200, actors
+// 450); they must not overlap (CAF allows gaps).
+static_assert(caf::id_block::dualpath_transport::end
+                  <= caf::id_block::dualpath_actors::begin,
+              "transport block overflows into the actors' range");
 static_assert(caf::id_block::dualpath_actors::begin == 450
                   && caf::id_block::dualpath_actors::end <= 600,
               "actors block out of its range");

@@ -4,9 +4,9 @@
 // job (one message of one actor) in FIFO order; when no job is left, time
 // jumps to the earliest pending timeout (delayed message or request timeout),
 // which fires and makes new jobs. Delayed messages are how every actor waits
-// (actors/emulation.hpp), so emulated link and compute times pass without any
-// wall-clock time. For a given input the order of jobs, and so every result,
-// is the same on every run.
+// (actors/engines/emulation.hpp), so emulated link and compute times pass
+// without any wall-clock time. For a given input the order of jobs, and so
+// every result, is the same on every run.
 //
 // The functions here are no-ops (or false) on a system with a real scheduler,
 // so code shared with `dualpath run` (the cluster builder, the replay) calls

@@ -9,17 +9,23 @@
 
 #include <caf/actor_cast.hpp>
 #include <caf/send.hpp>
+#include <caf/type_id.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
-namespace dualpath::actors::extensions {
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::prefetch_atoms, settle_atom,
+             "pfsettle")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::prefetch_atoms, tick_atom,
+             "pftick")
+
+namespace dualpath::actors {
 
 namespace {
 
+using namespace dualpath::actors::prefetch_atoms;
+
 // Timer messages the reader sends itself.
-using settle_atom = caf::atom_constant<caf::atom("pfsettle")>;
-constexpr auto settle_atom_v = settle_atom::value;
-using tick_atom = caf::atom_constant<caf::atom("pftick")>;
-constexpr auto tick_atom_v = tick_atom::value;
 
 using impl = storage_reader_actor::extend<
     // A chain (by its tail hash, at a persist generation) has settled.
@@ -274,4 +280,4 @@ storage_reader_actor spawn_prefetching_reader(caf::actor_system& sys,
   return caf::actor_cast<storage_reader_actor>(hdl);
 }
 
-} // namespace dualpath::actors::extensions
+} // namespace dualpath::actors

@@ -37,7 +37,7 @@
 #include "actors/protocol/observer_actor.hpp"
 #include "actors/protocol/storage_reader_actor.hpp"
 
-namespace dualpath::actors::extensions {
+namespace dualpath::actors {
 
 struct prefetch_config {
   std::string node;                    ///< For the snapshot's source name.
@@ -69,4 +69,4 @@ storage_reader_actor spawn_prefetching_reader(caf::actor_system& sys,
                                               storage_reader_actor inner,
                                               prefetch_config cfg);
 
-} // namespace dualpath::actors::extensions
+} // namespace dualpath::actors

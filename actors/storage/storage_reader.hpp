@@ -1,5 +1,6 @@
-// The behaviour of storage_reader_actor (actors/storage_reader_actor.hpp): one
-// storage reader per storage NIC per node.
+// The behaviour of storage_reader_actor
+// (actors/protocol/storage_reader_actor.hpp): one storage reader per storage
+// NIC per node.
 //
 // - Reads are served FIFO: blocks of a later request are issued only after
 //   every block of the earlier ones was issued. The queue's length (read_q)

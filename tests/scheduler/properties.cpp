@@ -108,10 +108,10 @@ scenario random_scenario(rng_t& rng) {
       des.push_back(e);
     }
   }
-  std::string why;
-  s.st = cluster_state::make(std::move(pes), std::move(des), std::move(nodes),
-                             why);
-  REQUIRE_MESSAGE(why.empty(), why);
+  auto made =
+      cluster_state::make(std::move(pes), std::move(des), std::move(nodes));
+  REQUIRE_MESSAGE(made, caf::to_string(made.error()));
+  s.st = std::move(*made);
   auto n = uni(rng, 1, 300);
   for (uint64_t i = 0; i < n; ++i)
     s.waiting.push_back(random_request(rng, s.next_id++));

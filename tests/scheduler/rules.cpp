@@ -4,6 +4,8 @@
 // not from running the code.
 #include <doctest/doctest.h>
 
+#include <caf/sec.hpp>
+
 #include <deque>
 
 #include "scheduler/cluster_state.hpp"
@@ -55,10 +57,9 @@ request_info req(uint64_t id, uint32_t len, uint32_t hit_blocks = 0,
 cluster_state make_or_fail(std::vector<engine_state> p,
                            std::vector<engine_state> d,
                            std::vector<node_state> n) {
-  std::string why;
-  auto st = cluster_state::make(std::move(p), std::move(d), std::move(n), why);
-  REQUIRE_MESSAGE(why.empty(), why);
-  return st;
+  auto st = cluster_state::make(std::move(p), std::move(d), std::move(n));
+  REQUIRE_MESSAGE(st, caf::to_string(st.error()));
+  return std::move(*st);
 }
 
 } // namespace
@@ -77,18 +78,27 @@ TEST_CASE("thresholds derive from hardware numbers") {
 }
 
 TEST_CASE("cluster_state rejects inconsistent tables") {
-  std::string why;
-  cluster_state::make({pe(0, 3, 0, 0)}, {de(0, 0, 0, 0, 0, 1)}, {node_state{}},
-                      why);
-  CHECK_FALSE(why.empty());
+  auto why = [](const caf::expected<cluster_state>& x) {
+    REQUIRE_FALSE(x);
+    CHECK(x.error() == caf::sec::invalid_argument);
+    return caf::to_string(x.error());
+  };
+  CHECK_NE(why(cluster_state::make({pe(0, 3, 0, 0)}, {de(0, 0, 0, 0, 0, 1)},
+                                   {node_state{}}))
+               .find("names node 3"),
+           std::string::npos);
   // A decode group on two nodes cannot be one DE side of a read.
-  cluster_state::make({}, {de(0, 0, 0, 0, 0, 1), de(1, 0, 1, 0, 0, 1)},
-                      {node_state{}, node_state{}}, why);
-  CHECK(why.find("spans") != std::string::npos);
+  CHECK_NE(
+      why(cluster_state::make({}, {de(0, 0, 0, 0, 0, 1), de(1, 0, 1, 0, 0, 1)},
+                              {node_state{}, node_state{}}))
+          .find("spans"),
+      std::string::npos);
   // Group ids 0 and 2: group 1 is missing.
-  cluster_state::make({}, {de(0, 0, 0, 0, 0, 1), de(1, 2, 1, 0, 0, 1)},
-                      {node_state{}, node_state{}}, why);
-  CHECK(why.find("dense") != std::string::npos);
+  CHECK_NE(
+      why(cluster_state::make({}, {de(0, 0, 0, 0, 0, 1), de(1, 2, 1, 0, 0, 1)},
+                              {node_state{}, node_state{}}))
+          .find("dense"),
+      std::string::npos);
 }
 
 TEST_CASE("PE selection: short-queue class first, min tok_e, beta excludes") {

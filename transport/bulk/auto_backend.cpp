@@ -75,7 +75,7 @@ public:
     capabilities c;
     c.name = "auto";
     c.immediate = true;
-    c.device_memory = verbs_ != nullptr;
+    c.device_memory = false; // refused: tcp peers could not reach it
     c.cross_process = true;
     return c;
   }

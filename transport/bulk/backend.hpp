@@ -146,7 +146,8 @@ typename Inspector::result_type inspect(Inspector& f, completion& x) {
            x.failed_ops, x.error);
 }
 
-/// Receives completions (for actors: see actor_sink.hpp).
+/// Receives completions (actors post through actors/bulk/bulk_post.hpp, which
+/// turns a later completion into a message).
 using completion_sink = std::function<void(completion)>;
 
 /// A write carrying an immediate value landed (receiver side).

@@ -4,7 +4,8 @@
 // modeled fabric, key and bounds) and completes the batch at once, inline on
 // the caller's thread, with the bytes it would have moved. How long a transfer
 // takes is not decided here: the engines pace nominal bytes on their emulated
-// links (actors/emulation.hpp) and wait on the actor clock, simulated or not.
+// links (actors/engines/emulation.hpp) and wait on the actor clock, simulated
+// or not.
 //
 // Inline completion keeps a simulation single-threaded and deterministic: the
 // completion sink runs before post() returns (it typically sends a message to

@@ -22,6 +22,28 @@ namespace {
 
 constexpr uint64_t max_wr_bytes = 1u << 30;
 
+/// Registers GPU memory exported as dma-buf `fd`, the fd covering exactly
+/// [ptr, ptr + len) (offset 0 in it; the iova is the device address). A NIC,
+/// driver or kernel without dma-buf support answers EOPNOTSUPP (or ENOSYS,
+/// EPROTONOSUPPORT): that is transport_errc::unsupported, so the caller
+/// stages through registered host memory instead; anything else is the
+/// call's system error.
+caf::expected<ibv_mr*> reg_dmabuf_mr(ibv_pd* pd, void* ptr, uint64_t len,
+                                     int fd, int access) {
+  errno = 0;
+  auto mr = ibv_reg_dmabuf_mr(pd, 0, len, reinterpret_cast<uint64_t>(ptr), fd,
+                              access);
+  if (mr != nullptr)
+    return mr;
+  const int err = errno != 0 ? errno : EINVAL;
+  if (err == EOPNOTSUPP || err == ENOSYS || err == EPROTONOSUPPORT)
+    return verbs::call_error("ibv_reg_dmabuf_mr", err,
+                             transport_errc::unsupported,
+                             "this NIC, driver or kernel cannot register GPU "
+                             "memory");
+  return verbs::call_error("ibv_reg_dmabuf_mr", err);
+}
+
 caf::error lost(const std::string& why) {
   return caf::make_error(transport_errc::peer_lost, why);
 }
@@ -156,10 +178,7 @@ verbs_backend::add_region(void* ptr, uint64_t len, memory_kind kind,
     if (dmabuf_fd < 0)
       return caf::make_error(transport_errc::unsupported,
                              "GPU memory needs a dmabuf fd");
-    mr = verbs::vptr("ibv_reg_dmabuf_mr",
-                     ibv_reg_dmabuf_mr(dev_.pd(), 0, len,
-                                       reinterpret_cast<uint64_t>(ptr),
-                                       dmabuf_fd, access));
+    mr = reg_dmabuf_mr(dev_.pd(), ptr, len, dmabuf_fd, access);
   } else {
     mr = verbs::vptr("ibv_reg_mr", ibv_reg_mr(dev_.pd(), ptr, len, access),
                      std::to_string(len) + " bytes");

@@ -230,10 +230,7 @@ caf::expected<verbs_backend::client_result> verbs_backend::client_handshake(
   w.text(opts_.node);
   w.u64(incarnation_);
   w.endpoint(mine);
-  uint8_t mac[32];
-  verbs::mac_of(opts_.secret, 'c', nonce_s, w.bytes().data(), w.bytes().size(),
-                mac);
-  w.raw(mac, 32);
+  w.seal(opts_.secret, 'c', nonce_s);
   if (auto err = ch->send(frame_type::hello, w.bytes(), opts_.io_timeout))
     return give_back(std::move(err));
   // The peer answers after its queue pairs reached RTR, which resolves our
@@ -436,10 +433,7 @@ verbs_backend::serve_handshake(half_open h, caf::expected<verbs::frame> f) {
   verbs::wire_writer v;
   v.endpoint(mine);
   v.table(table);
-  uint8_t mac[32];
-  verbs::mac_of(opts_.secret, 's', nonce_c, v.bytes().data(), v.bytes().size(),
-                mac);
-  v.raw(mac, 32);
+  v.seal(opts_.secret, 's', nonce_c);
   if (ch.send(frame_type::welcome, v.bytes(), opts_.io_timeout)) {
     std::lock_guard<std::mutex> guard{mtx_};
     drop_incoming(conn);

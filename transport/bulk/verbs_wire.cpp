@@ -86,6 +86,13 @@ void wire_writer::table(const std::vector<region_entry>& t) {
   }
 }
 
+void wire_writer::seal(const std::string& secret, char label,
+                       const uint8_t nonce[32]) {
+  uint8_t mac[32];
+  mac_of(secret, label, nonce, buf_.data(), buf_.size(), mac);
+  raw(mac, 32);
+}
+
 void wire_reader::raw(void* p, size_t n) {
   if (failed_ || buf_.size() - pos_ < n) {
     failed_ = true;

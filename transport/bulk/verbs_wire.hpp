@@ -74,6 +74,8 @@ public:
   void text(const std::string& s); ///< u16 length + bytes
   void endpoint(const qp_endpoint& e);
   void table(const std::vector<region_entry>& t);
+  /// Appends HMAC(secret, label | nonce | everything written so far).
+  void seal(const std::string& secret, char label, const uint8_t nonce[32]);
   const std::vector<uint8_t>& bytes() const {
     return buf_;
   }

@@ -18,12 +18,6 @@ using nlohmann::json;
 
 namespace {
 
-std::vector<std::string> with(std::vector<std::string> a,
-                              const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 std::string first_device() {
   int n = 0;
   auto list = ibv_get_device_list(&n);

@@ -19,9 +19,27 @@
 #include <thread>
 #include <vector>
 
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
 #include "tests/support/support.hpp"
 
 namespace dualpath::test {
+
+/// `a` followed by `b` (argument lists).
+inline std::vector<std::string> with(std::vector<std::string> a,
+                                     const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+/// The report `dualpath run --json` printed (the test fails without one).
+inline nlohmann::json parse_report(const std::string& text) {
+  auto doc = nlohmann::json::parse(text, nullptr, false);
+  REQUIRE_MESSAGE(!doc.is_discarded(), text);
+  return doc;
+}
 
 /// Under ASan: CAF 0.17.6's middleman keeps reference cycles among its
 /// brokers after a peer vanished (kill -9), which LeakSanitizer reports as

@@ -22,18 +22,6 @@ using nlohmann::json;
 
 namespace {
 
-json parse_report(const std::string& text) {
-  auto doc = json::parse(text, nullptr, false);
-  REQUIRE_MESSAGE(!doc.is_discarded(), text);
-  return doc;
-}
-
-std::vector<std::string> with(std::vector<std::string> a,
-                              const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
 std::vector<std::string> rdma_devices() {
   std::vector<std::string> out;
   if (auto env = std::getenv("DUALPATH_VERBS_DEVICES")) {
@@ -81,7 +69,7 @@ TEST_CASE("over verbs: every block verified, kill -9 of a decode node loses "
           "nothing, the restarted node is reached again") {
   auto devices = rdma_devices();
   if (devices.empty())
-    skip_suite("distribution.verbs_deployment", "no RDMA device");
+    skip_suite("actors.node.verbs_deployment", "no RDMA device");
   // pe0 on the first device, the decode nodes on the second (if any).
   const auto& second = devices.size() > 1 ? devices[1] : devices[0];
   temp_dir dir;

@@ -9,15 +9,20 @@
 #include <vector>
 
 #include <caf/all.hpp>
+#include <caf/type_id.hpp>
 
 #include "actors/sim/driver.hpp"
 
 using namespace dualpath::actors;
 using namespace std::chrono_literals;
 
+// Private atoms: messages this file's actors send themselves (timers,
+// completions from other threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, driver_test_atoms, tick_atom, "tick")
+
 namespace {
 
-using tick_atom = caf::atom_constant<caf::atom("tick")>;
+using namespace driver_test_atoms;
 
 struct sim_config : caf::actor_system_config {
   sim_config() {

@@ -18,7 +18,6 @@
 
 using namespace dualpath;
 using namespace dualpath::actors;
-using namespace dualpath::actors::extensions;
 using namespace dualpath::transport::storage;
 
 namespace {

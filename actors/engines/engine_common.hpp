@@ -1,0 +1,86 @@
+// What the prefill engine, the decode engine and the layer streamer share
+// beyond timing (engine_timing.hpp): the byte units of an engine's model,
+// whether its mode moves KV, the group-leader test, publishing its load to
+// the node's board, timeline spans on its tracks, and a storage read whose
+// failure as a whole turns every block into a miss.
+//
+// Thread safety: pure functions of the config, or called from the engine
+// actor's own thread (publish_load, span, read_blocks).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <caf/error.hpp>
+
+#include "actors/engines/engine_context.hpp"
+#include "actors/engines/engine_timing.hpp"
+#include "actors/observe/hooks.hpp"
+
+namespace dualpath::actors {
+
+/// Real KV bytes per token per layer: the unit of the block store, the
+/// decode slot and every real copy.
+inline uint64_t bpt(const engine_config& cfg) {
+  return cfg.model.real_bytes_per_token_layer;
+}
+
+/// Whether the engine's mode moves KV at all (timing and links); Oracle
+/// assumes it resident.
+inline bool moves_bytes(const engine_config& cfg) {
+  return cfg.mode != load_mode::oracle;
+}
+
+/// Whether real bytes are copied too (not on a modeled data plane).
+inline bool copies_bytes(const engine_config& cfg) {
+  return moves_bytes(cfg) && cfg.real_bytes;
+}
+
+/// Whether this engine speaks for its group to the scheduler (a prefill
+/// leader fetches, a decode leader reports): rank 0 with a scheduler, also
+/// when it is the group's only member.
+inline bool leads_group(const engine_config& cfg) {
+  return (cfg.group_leader || (cfg.id.rank == 0 && !cfg.group_members.empty()))
+         && cfg.scheduler;
+}
+
+/// The engine's own load (seq_e, tok_e, free HBM) with its identity; the
+/// node's read queue is added where a report needs it.
+engine_load own_load_of(const engine_config& cfg, uint32_t seq, uint64_t tok);
+
+/// Publishes `x` on the node's load board, if the node has one (the group
+/// leader reads it at its next tick).
+inline void publish_load(const engine_config& cfg, const engine_load& x) {
+  if (cfg.node && cfg.node->loads)
+    cfg.node->loads->publish(x);
+}
+
+/// Records a span of request `id` on the engine's track `track` + rank +
+/// `suffix` ("gpu0", "cnic1 rx"); nothing unless the run is traced.
+void span(const engine_config& cfg, const char* track, const char* name,
+          uint64_t id, int32_t layer, int64_t begin_ns, int64_t end_ns,
+          uint64_t nominal_bytes = 0, const char* suffix = "");
+
+/// The outcome of a read that failed as a whole (the reader did not
+/// answer): every block failed and is recomputed, as single failed blocks
+/// are.
+read_completion failed_read(uint64_t request_id,
+                            std::vector<block_hash> blocks);
+
+/// Sends `rr` to the node's reader; `done` gets the read's completion, or
+/// failed_read() of its blocks when the reader fails as a whole.
+template <class Self, class Done>
+void read_blocks(Self* self, const storage_reader_actor& reader,
+                 read_request rr, Done done) {
+  auto id = rr.request_id;
+  auto blocks = rr.blocks;
+  self->request(reader, caf::infinite, read_atom_v, std::move(rr))
+      .then([done](read_completion& c) mutable { done(std::move(c)); },
+            [done, id, blocks = std::move(blocks)](caf::error&) mutable {
+              done(failed_read(id, std::move(blocks)));
+            });
+}
+
+} // namespace dualpath::actors

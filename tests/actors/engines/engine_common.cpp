@@ -1,0 +1,129 @@
+// ctest-label: engines
+// ctest-links: actors_storage
+// What the engines share: a storage read through read_blocks yields the
+// reader's completion when it answers, and every block as failed (a miss to
+// recompute) when the reader fails as a whole; the group-leader test; the
+// byte units of an engine's model.
+#include <doctest/doctest.h>
+
+#include <future>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/engines/engine_common.hpp"
+#include "actors/protocol/register.hpp"
+#include "actors/storage/storage_reader.hpp"
+#include "tests/support/support.hpp"
+#include "transport/storage/block_store.hpp"
+#include "transport/storage/buffer_pool.hpp"
+#include "transport/storage/kv_content.hpp"
+
+using namespace dualpath;
+using namespace dualpath::actors;
+using namespace dualpath::transport::storage;
+
+namespace {
+
+struct sys_config : caf::actor_system_config {
+  sys_config() {
+    actors::add_message_types(*this);
+  }
+};
+
+// Reads `rr` through read_blocks from an actor and returns the completion.
+read_completion read_via(caf::actor_system& sys,
+                         const storage_reader_actor& reader, read_request rr) {
+  auto done = std::make_shared<std::promise<read_completion>>();
+  auto fut = done->get_future();
+  sys.spawn([reader, rr, done](caf::event_based_actor* self) mutable {
+    read_blocks(self, reader, std::move(rr),
+                [done](read_completion c) { done->set_value(std::move(c)); });
+  });
+  REQUIRE(fut.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  return fut.get();
+}
+
+} // namespace
+
+TEST_CASE("read_blocks: the reader's answer, or every block failed") {
+  test::temp_dir dir{"dp-common"};
+  kv_geometry geo{2, 16, 8};
+  auto backend = make_backend(backend_config{backend_kind::automatic, 4});
+  REQUIRE(backend);
+  auto store = block_store::open(store_config{dir.path(), "m", geo}, *backend);
+  REQUIRE(store);
+  std::shared_ptr<block_store> shared{std::move(*store)};
+  std::vector<uint32_t> prompt;
+  for (uint32_t i = 0; i < 3 * geo.block_tokens; ++i)
+    prompt.push_back(1000 + i);
+  REQUIRE(populate(*shared, {prompt}));
+  auto pool = buffer_pool::make(4 * geo.file_bytes(), geo.file_bytes());
+  REQUIRE(pool);
+  sys_config cfg;
+  caf::actor_system sys{cfg};
+  storage_reader_config rc;
+  rc.node = "n0";
+  rc.store = shared;
+  rc.pool = *pool;
+  rc.io_threads = 1;
+  auto reader = spawn_storage_reader(sys, rc);
+  REQUIRE(reader);
+  read_request rr;
+  rr.request_id = 7;
+  rr.blocks = block_hashes(prompt, geo.block_tokens);
+  rr.tokens = 3 * geo.block_tokens;
+  auto ok = read_via(sys, *reader, rr);
+  CHECK_EQ(ok.request_id, 7u);
+  CHECK_EQ(ok.leases.size(), 3u);
+  CHECK(ok.failed.empty());
+  std::vector<uint64_t> ids;
+  for (auto& l : ok.leases)
+    ids.push_back(l.lease_id);
+  caf::anon_send(*reader, release_atom_v, lease_release{ids});
+  // The reader is gone: the read fails as a whole, every block a miss.
+  caf::scoped_actor self{sys};
+  self->send_exit(*reader, caf::exit_reason::user_shutdown);
+  self->wait_for(*reader);
+  auto gone = read_via(sys, *reader, rr);
+  CHECK_EQ(gone.request_id, 7u);
+  CHECK(gone.leases.empty());
+  CHECK(gone.failed == rr.blocks);
+}
+
+TEST_CASE("the group leader: rank 0 with a scheduler, also alone") {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  engine_config c;
+  c.id.rank = 0;
+  CHECK_FALSE(leads_group(c)); // no scheduler to talk to
+  c.scheduler = sys.spawn([] {});
+  CHECK_FALSE(leads_group(c)); // rank 0 of no group: not flagged
+  c.group_leader = true;
+  CHECK(leads_group(c)); // one GPU per node: the only member leads
+  c.group_leader = false;
+  c.group_members.push_back(c.scheduler);
+  CHECK(leads_group(c));
+  c.id.rank = 1;
+  c.group_members.clear();
+  CHECK_FALSE(leads_group(c));
+}
+
+TEST_CASE("byte units and the modes that move KV") {
+  engine_config c;
+  c.model.real_bytes_per_token_layer = 24;
+  CHECK_EQ(bpt(c), 24u);
+  for (auto m : {load_mode::basic, load_mode::layerwise, load_mode::dualpath}) {
+    c.mode = m;
+    CHECK(moves_bytes(c));
+    c.real_bytes = false;
+    CHECK_FALSE(copies_bytes(c));
+    c.real_bytes = true;
+    CHECK(copies_bytes(c));
+  }
+  c.mode = load_mode::oracle;
+  CHECK_FALSE(moves_bytes(c));
+  CHECK_FALSE(copies_bytes(c));
+}

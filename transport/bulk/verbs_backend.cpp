@@ -410,10 +410,27 @@ void verbs_backend::pump(outgoing& o, size_t c, done_list& done) {
       wrs[k].num_sge = sges[k].length > 0 ? 1 : 0;
       wrs[k].next = k + 1 < wrs.size() ? &wrs[k + 1] : nullptr;
     }
-    // Only the last work request is signalled: one completion per batch
-    // (RC completes in order, so it also retires the ones before it).
+    // Selective signalling: at most the last work request is signalled (RC
+    // completes in order, so one completion retires everything before it).
+    // A KV batch signals when nothing signalled is on the wire ahead of it,
+    // every signal_every batches, or when half the send queue would be
+    // unsignalled; when a completion leaves unsignalled batches with no
+    // signal behind them, a zero-length fence write is signalled for them.
     auto& last = wrs.back();
-    last.send_flags = IBV_SEND_SIGNALED;
+    bool signal =
+        c == static_cast<size_t>(traffic_class::control) || o.signaled[c] == 0
+        || o.quiet[c] + 1 >= signal_every
+        || 2 * (o.quiet_wrs[c] + pb.wrs) > opts_.verbs_max_outstanding;
+    if (signal) {
+      last.send_flags = IBV_SEND_SIGNALED;
+      ++o.signaled[c];
+      o.quiet[c] = o.quiet_wrs[c] = 0;
+    } else {
+      ++o.quiet[c];
+      o.quiet_wrs[c] += pb.wrs;
+    }
+    o.wire[c].push_back(pb.id);
+    o.last_target[c] = pb.targets.front();
     if (pb.b.immediate) {
       last.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
       last.imm_data = htonl(*pb.b.immediate);
@@ -503,7 +520,10 @@ void verbs_backend::break_outgoing(outgoing& o, transport_errc code,
   for (auto& q : o.queued)
     q.clear();
   o.parked.clear();
-  o.outstanding[0] = o.outstanding[1] = 0;
+  for (size_t c = 0; c < traffic_class_count; ++c) {
+    o.outstanding[c] = o.signaled[c] = o.quiet[c] = o.quiet_wrs[c] = 0;
+    o.wire[c].clear();
+  }
   o.table.clear();
   o.fetch_in_flight = false;
   if (o.state != link_state::connecting)

@@ -111,6 +111,10 @@ private:
   /// After a failed handshake, posts to that peer fail at once this long.
   static constexpr std::chrono::seconds retry_pause{1};
 
+  /// KV batches signal one completion per this many batches at most (each
+  /// signalled one retires those before it); control batches signal each.
+  static constexpr uint32_t signal_every = 16;
+
   /// The poller spins while batches are outstanding and the last
   /// completion came less than this long ago (then sleeps on events).
   static constexpr std::chrono::milliseconds spin_window{5};
@@ -160,6 +164,12 @@ private:
     bool fetch_in_flight = false;
     std::deque<uint64_t> queued[traffic_class_count];
     uint32_t outstanding[traffic_class_count] = {0, 0};
+    /// Batch ids on each queue pair in posting order (0: a fence).
+    std::deque<uint64_t> wire[traffic_class_count];
+    uint32_t signaled[traffic_class_count] = {0, 0}; ///< on the wire
+    uint32_t quiet[traffic_class_count] = {0, 0};    ///< batches since one
+    uint32_t quiet_wrs[traffic_class_count] = {0, 0};
+    std::pair<uint64_t, uint32_t> last_target[traffic_class_count] = {};
     std::vector<uint64_t> parked;
     size_t batches = 0;
   };
@@ -222,6 +232,10 @@ private:
                                                uint32_t id, uint64_t key);
   void admit(outgoing& o, pending& pb, done_list& done);
   void pump(outgoing& o, size_t tclass, done_list& done);
+  /// A signalled completion (of batch `upto`, or a fence when 0) retires
+  /// every batch posted before it on that queue pair.
+  void retire(outgoing& o, size_t tclass, uint64_t upto, done_list& done);
+  void post_fence(outgoing& o, size_t tclass, done_list& done);
   void fail(pending& pb, transport_errc code, std::string why, done_list& done);
   void fail(pending& pb, caf::error err, done_list& done);
   void release(uint64_t id);

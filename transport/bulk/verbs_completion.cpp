@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "config/errors.hpp"
 #include "transport/bulk/verbs_backend.hpp"
 
 namespace dualpath::transport::bulk {
@@ -20,6 +21,9 @@ namespace dualpath::transport::bulk {
 namespace {
 
 constexpr uint64_t recv_bit = uint64_t{1} << 63;
+// Fences: fence_bit | class << 61 | the connection's id.
+constexpr uint64_t fence_bit = uint64_t{1} << 62;
+constexpr uint64_t class_bit = uint64_t{1} << 61;
 constexpr int poll_batch = 64;
 
 transport_errc code_of(ibv_wc_status s) {
@@ -156,6 +160,20 @@ void verbs_backend::on_completion(const ibv_wc& wc, done_list& done,
         }
     return;
   }
+  if (wc.wr_id & fence_bit) {
+    auto c = (wc.wr_id & class_bit) ? size_t{1} : size_t{0};
+    auto* o = find_conn(wc.wr_id & (class_bit - 1));
+    if (o == nullptr)
+      return;
+    if (wc.status != IBV_WC_SUCCESS)
+      return break_outgoing(*o, transport_errc::peer_lost,
+                            std::string{"connection to "} + o->peer + " broke ("
+                                + ibv_wc_status_str(wc.status) + ")",
+                            done);
+    o->outstanding[c] -= std::min<uint32_t>(o->outstanding[c], 1);
+    retire(*o, c, 0, done);
+    return pump(*o, c, done);
+  }
   auto b = batches_.find(wc.wr_id);
   if (b == batches_.end())
     return; // failed already (its connection broke); nothing left to do
@@ -165,13 +183,15 @@ void verbs_backend::on_completion(const ibv_wc& wc, done_list& done,
   if (auto k = out_.find(pb.peer); k != out_.end() && k->second.conn == pb.conn
                                    && k->second.state == link_state::connected)
     o = &k->second;
-  if (o != nullptr)
-    o->outstanding[c] -= std::min(o->outstanding[c], pb.wrs);
   if (wc.status == IBV_WC_SUCCESS) {
-    if (pb.state != batch_state::expired)
-      done.emplace_back(std::move(pb.sink),
-                        completion{pb.b.tag, pb.bytes, 0, caf::none});
-    release(pb.id);
+    if (o != nullptr) {
+      retire(*o, c, pb.id, done);
+    } else {
+      if (pb.state != batch_state::expired)
+        done.emplace_back(std::move(pb.sink),
+                          completion{pb.b.tag, pb.bytes, 0, caf::none});
+      release(pb.id);
+    }
   } else {
     auto code = code_of(wc.status);
     if (code == transport_errc::peer_lost && pb.state != batch_state::expired)
@@ -190,6 +210,51 @@ void verbs_backend::on_completion(const ibv_wc& wc, done_list& done,
   }
   if (o != nullptr && o->state == link_state::connected)
     pump(*o, c, done);
+}
+
+void verbs_backend::retire(outgoing& o, size_t c, uint64_t upto,
+                           done_list& done) {
+  auto& wire = o.wire[c];
+  while (!wire.empty()) {
+    auto id = wire.front();
+    wire.pop_front();
+    if (id != 0) {
+      auto b = batches_.find(id);
+      if (b != batches_.end()) {
+        auto& pb = b->second;
+        o.outstanding[c] -= std::min(o.outstanding[c], pb.wrs);
+        if (pb.state != batch_state::expired)
+          done.emplace_back(std::move(pb.sink),
+                            completion{pb.b.tag, pb.bytes, 0, caf::none});
+        release(id);
+      }
+    }
+    if (id == upto)
+      break;
+  }
+  if (o.signaled[c] > 0)
+    --o.signaled[c];
+  if (!wire.empty() && o.signaled[c] == 0)
+    post_fence(o, c, done);
+}
+
+void verbs_backend::post_fence(outgoing& o, size_t c, done_list& done) {
+  ibv_send_wr wr{};
+  ibv_send_wr* bad = nullptr;
+  wr.wr_id = fence_bit | (c != 0 ? class_bit : 0) | o.conn;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.num_sge = 0; // zero bytes at a place this connection wrote to already
+  wr.wr.rdma.remote_addr = o.last_target[c].first;
+  wr.wr.rdma.rkey = o.last_target[c].second;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  if (auto err = verbs::vcall("ibv_post_send(fence)",
+                              ibv_post_send(o.qps[c].get(), &wr, &bad)))
+    return break_outgoing(o, transport_errc::peer_lost, config::message_of(err),
+                          done);
+  ++o.outstanding[c];
+  ++o.signaled[c];
+  o.quiet[c] = o.quiet_wrs[c] = 0;
+  o.wire[c].push_back(0);
 }
 
 void verbs_backend::check_deadlines(done_list& done) {

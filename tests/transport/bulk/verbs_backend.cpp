@@ -368,6 +368,26 @@ TEST_CASE("writes with immediates land byte-exact from 4 KiB to 16 MiB") {
   auto c = run(*s.be, std::move(b));
   CHECK(!c.error);
   CHECK(peer.check(0, 3 * 65536, 99));
+  // A burst of small KV batches: most signal no completion of their own
+  // (a later batch's, or a fence's, retires them); every one completes.
+  s.fill(0, 20 * 4096, 42);
+  std::mutex mtx;
+  std::condition_variable cv;
+  int ok = 0, failed = 0;
+  for (uint64_t k = 0; k < 20; ++k) {
+    auto x = s.write(peer.region, k * 4096, 4096);
+    s.be->post(std::move(x), [&](completion c) {
+      std::lock_guard<std::mutex> guard{mtx};
+      ++(c.error ? failed : ok);
+      cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> guard{mtx};
+    REQUIRE(cv.wait_for(guard, 30s, [&] { return ok + failed == 20; }));
+  }
+  CHECK(ok == 20);
+  CHECK(peer.check(0, 20 * 4096, 42));
   CHECK(s.be->stats().connects == 1);
 }
 

@@ -14,9 +14,7 @@
 # binaries; rdma_vm_check_deps fails, naming it, when a binary needs another.
 
 export RDMA_VM_DIR=${RDMA_VM_DIR:-/var/tmp/dualpath-rdma-vm}
-export RDMA_VM_EXTRA_PACKAGES="libcaf-core0.17 libcaf-io0.17 libcaf-openssl0.17 liburing2 libxxhash0 librdmacm1 libtomlplusplus3 libssl3 openssl"
-# Installed in every rdma-vm image (its BASE_PACKAGES and what they pull in).
-RDMA_VM_BASE_LIBS="libc6 libgcc-s1 libstdc++6 libibverbs1 libnl-3-200 libnl-route-3-200 libcrypt1 zlib1g libzstd1 liblzma5 libselinux1 libpcre2-8-0"
+export RDMA_VM_EXTRA_PACKAGES="libcaf-core0.17 libcaf-io0.17 libcaf-openssl0.17 liburing2 libxxhash0 librdmacm1 libtomlplusplus3 libssl3 libmicrohttpd12 openssl"
 
 rdma_vm_find() {
   local root dir
@@ -76,11 +74,19 @@ rdma_vm_ready() {
   return 0
 }
 
-# Host packages of the binaries' libraries that the image lacks (empty: none).
+# Host packages of the binaries' libraries that the image lacks (empty:
+# none). The image's package list is read once per image (one boot) into
+# $RDMA_VM_DIR/dualpath-packages.
 rdma_vm_check_deps() {
-  local have=" $RDMA_VM_BASE_LIBS $RDMA_VM_EXTRA_PACKAGES " missing="" p
+  local list=$RDMA_VM_DIR/dualpath-packages missing="" p
+  if [ ! -s "$list" ] || [ "$list" -ot "$RDMA_VM_DIR/rootfs.img" ]; then
+    RDMA_VM_QUIET=1 "$RDMA_VM" run --no-rxe --share /tmp -- \
+      dpkg-query -W -f '${Package}\n' 2>/dev/null | sed 's/:.*//' | sort -u >"$list.tmp" || true
+    if [ -s "$list.tmp" ]; then mv "$list.tmp" "$list"; else rm -f "$list.tmp"; fi
+  fi
+  [ -s "$list" ] || { echo "(could not list the image's packages)"; return; }
   for p in $("$RDMA_VM" deps "$@" | grep -v '^not-from-a-package'); do
-    case "$have" in *" $p "*) ;; *) missing="$missing $p" ;; esac
+    grep -qx "$p" "$list" || missing="$missing $p"
   done
   echo "${missing# }"
 }

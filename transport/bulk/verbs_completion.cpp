@@ -105,7 +105,16 @@ void verbs_backend::poll_loop() {
         std::lock_guard<std::mutex> guard{cq_mtx_};
         n = ibv_poll_cq(cq_.get(), poll_batch, wcs);
       }
-      if (n <= 0)
+      if (n < 0) {
+        // The CQ itself failed: no completion will come for anything.
+        auto err = verbs::vcall("ibv_poll_cq", n, dev_.name());
+        std::lock_guard<std::mutex> guard{mtx_};
+        for (auto& [name, o] : out_)
+          break_outgoing(o, transport_errc::peer_lost, config::message_of(err),
+                         done);
+        break;
+      }
+      if (n == 0)
         break;
       got += n;
       std::lock_guard<std::mutex> guard{mtx_};

@@ -49,25 +49,63 @@ void fill_tokens(const std::vector<transport::block_hash>& hashes,
                            dst + size_t{t - first} * bpt, bpt);
 }
 
-slot_check check_slot(const std::vector<transport::block_hash>& hashes,
-                      uint32_t block_tokens, uint32_t layers, uint32_t tokens,
-                      size_t bpt, const std::byte* slot) {
-  slot_check result;
-  for (uint32_t b = 0; uint64_t{b} * block_tokens < tokens; ++b) {
-    uint32_t first = b * block_tokens;
-    uint32_t last = std::min(tokens, first + block_tokens);
-    bool ok = b < hashes.size();
-    for (uint32_t l = 0; ok && l < layers; ++l)
-      for (uint32_t t = first; ok && t < last; ++t)
-        ok =
-            storage::kv_check_token(hashes[b], l, t - first,
-                                    slot + slot_offset(l, tokens, t, bpt), bpt);
-    if (ok)
-      ++result.blocks_ok;
-    else
-      ++result.blocks_failed;
+std::vector<block_segment> block_segments(uint32_t first, uint32_t count,
+                                          uint32_t block_tokens) {
+  std::vector<block_segment> out;
+  if (block_tokens == 0)
+    return out;
+  uint32_t t = first;
+  const uint32_t end = first + count;
+  while (t < end) {
+    block_segment seg;
+    seg.block = t / block_tokens;
+    seg.token_in_block = t % block_tokens;
+    seg.tokens = std::min(end - t, block_tokens - seg.token_in_block);
+    seg.first_token = t;
+    out.push_back(seg);
+    t += seg.tokens;
   }
-  return result;
+  return out;
+}
+
+namespace {
+
+uint32_t tokens_in_block(uint32_t block, uint32_t block_tokens,
+                         uint32_t tokens) {
+  uint64_t first = uint64_t{block} * block_tokens;
+  if (first >= tokens)
+    return 0;
+  return static_cast<uint32_t>(std::min<uint64_t>(block_tokens, tokens - first));
+}
+
+} // namespace
+
+bool check_block(const std::vector<transport::block_hash>& hashes,
+                 uint32_t block, uint32_t block_tokens, uint32_t layers,
+                 uint32_t tokens, size_t bpt, const std::byte* payload) {
+  auto n = tokens_in_block(block, block_tokens, tokens);
+  if (block >= hashes.size() || n == 0)
+    return false;
+  for (uint32_t l = 0; l < layers; ++l)
+    for (uint32_t t = 0; t < n; ++t)
+      if (!storage::kv_check_token(hashes[block], l, t,
+                                   payload + block_offset(l, t, block_tokens, bpt),
+                                   bpt))
+        return false;
+  return true;
+}
+
+void fill_block(const std::vector<transport::block_hash>& hashes,
+                uint32_t block, uint32_t block_tokens, uint32_t layers,
+                uint32_t tokens, size_t bpt, std::byte* payload) {
+  auto n = tokens_in_block(block, block_tokens, tokens);
+  if (block >= hashes.size())
+    return;
+  for (uint32_t l = 0; l < layers; ++l)
+    for (uint32_t t = 0; t < n; ++t)
+      storage::kv_fill_token(hashes[block], l, t,
+                             payload + block_offset(l, t, block_tokens, bpt),
+                             bpt);
 }
 
 const std::byte* lease_payload(const buffer_lease& lease,

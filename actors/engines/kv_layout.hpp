@@ -3,11 +3,14 @@
 // tests (CAF-free pure functions).
 //
 // Layouts (real bytes; `bpt` = real bytes per token per layer):
-//   - Full Block (storage, reader leases): [layer][token-in-block][bpt].
-//   - decode slot of a request: [layer][prompt token][bpt]: layer l of the
-//     whole prompt is one contiguous range, written once per layer.
+//   - Full Block (storage, reader leases, the decode node's buffer): [layer]
+//     [token-in-block][bpt]. The decode node holds a prompt as one buffer
+//     slot per block, so no layout conversion ever happens: storage reads
+//     Full Blocks, layer streaming writes Layer Blocks (one layer's rows of a
+//     block) into them.
 //   - prefill GPU memory (and its host staging) for one resident layer of a
-//     batch: [request][prompt token][bpt], requests in batch order.
+//     step: [chunk][token][bpt], each chunk holding the tokens its attention
+//     reads (cached and new), chunks in batch order.
 //
 // Content: token t of a prompt holds, in layer l, kv_fill_token(h, l, t % B)
 // where h is the hash of the block holding t (block_hashes() chains the full
@@ -47,22 +50,36 @@ void fill_tokens(const std::vector<transport::block_hash>& hashes,
                  uint32_t block_tokens, uint32_t layer, uint32_t first,
                  uint32_t last, size_t bpt, std::byte* dst);
 
-/// The outcome of checking a decode slot against the deterministic content.
-struct slot_check {
-  uint32_t blocks_ok = 0;     ///< Blocks (partial one included) all exact.
-  uint32_t blocks_failed = 0; ///< Blocks with at least one wrong byte.
+/// Byte offset of token `t` of a block (0 <= t < block_tokens) in layer
+/// `layer` of a Full Block payload ([layer][token in block][bpt]).
+inline uint64_t block_offset(uint32_t layer, uint32_t t, uint32_t block_tokens,
+                             uint64_t bpt) {
+  return (uint64_t{layer} * block_tokens + t) * bpt;
+}
+
+/// The part of a token range that lies in one block of the prompt.
+struct block_segment {
+  uint32_t block = 0;          ///< Block index in the prompt.
+  uint32_t token_in_block = 0; ///< First token's position in the block.
+  uint32_t tokens = 0;         ///< Tokens of the range in this block.
+  uint32_t first_token = 0;    ///< First token's position in the prompt.
 };
 
-/// Checks a whole decode slot ([layer][token][bpt], `tokens` tokens).
-slot_check check_slot(const std::vector<transport::block_hash>& hashes,
-                      uint32_t block_tokens, uint32_t layers, uint32_t tokens,
-                      size_t bpt, const std::byte* slot);
+/// Cuts the prompt's tokens [first, first + count) at block boundaries.
+std::vector<block_segment> block_segments(uint32_t first, uint32_t count,
+                                          uint32_t block_tokens);
 
-/// Byte offset of token `token` of layer `layer` in a decode slot.
-inline uint64_t slot_offset(uint32_t layer, uint32_t tokens, uint32_t token,
-                            uint64_t bpt) {
-  return (uint64_t{layer} * tokens + token) * bpt;
-}
+/// Whether block `block` of a prompt of `tokens` tokens holds the exact KV
+/// of every layer in its payload (Full Block layout; a trailing partial
+/// block holds min(block_tokens, tokens - block * block_tokens) tokens).
+bool check_block(const std::vector<transport::block_hash>& hashes,
+                 uint32_t block, uint32_t block_tokens, uint32_t layers,
+                 uint32_t tokens, size_t bpt, const std::byte* payload);
+
+/// Fills block `block`'s payload with its exact KV (see check_block).
+void fill_block(const std::vector<transport::block_hash>& hashes,
+                uint32_t block, uint32_t block_tokens, uint32_t layers,
+                uint32_t tokens, size_t bpt, std::byte* payload);
 
 /// The Full Block payload of a lease in this process (the lease's region
 /// belongs to this node's reader): region.base + region.offset, skipping a

@@ -6,17 +6,21 @@
 //                     cudaMemcpyAsync per chunk: host time to submit, per
 //                     chunk, and time until the copies complete.
 //   submit_batched    the same list in one cudaMemcpyBatchAsync.
-//   h2d_<size>        one contiguous H2D copy from pinned memory (a layer of
-//                     64 / 4,096 / 32,768 tokens x 656 B, and 256 MiB): GB/s
-//                     from submission to completion (event synchronised).
+//   h2d_<size>        one contiguous H2D copy from pinned memory (a Layer
+//                     Block of 64 tokens, a layer of 4,096 / 32,768 tokens x
+//                     656 B, and 256 MiB): GB/s from submission to completion
+//                     (event synchronised), and the peer: one plain
+//                     cudaMemcpy of the same bytes between the same buffers
+//                     (column `peer`, and their ratio).
 //   d2h_32k           the 32,768-token layer back, device -> host.
 // Every workload's bytes are verified once on the device with the checksum
 // kernel against the host reference (column `ok`).
 //
 // Usage: bench_gpu_copy [--backend cuda|host] [--runs N] [--warmups N]
 // Without a CUDA device (and --backend cuda, the default) it prints
-// "SKIP gpu_copy: <reason>" and exits 77. The last line is
-// `RESULT gpu_copy key=value ...`.
+// "SKIP gpu_copy: <reason>" and exits 77; a device that cannot be used (a
+// driver too old for this runtime), an unusable batch API or a wrong byte
+// fails (exit 1). The last line is `RESULT gpu_copy key=value ...`.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -27,6 +31,11 @@
 
 #include "gpu/checksum.hpp"
 #include "gpu/device.hpp"
+#include "gpu/host_memory.hpp"
+
+#if DUALPATH_HAVE_CUDA
+#  include <cuda_runtime_api.h>
+#endif
 
 using namespace dualpath::gpu;
 using clock_type = std::chrono::steady_clock;
@@ -91,7 +100,10 @@ struct env {
 };
 
 /// Deterministic host bytes.
-void fill(std::vector<std::byte>& buf, uint64_t seed) {
+/// Host bytes the bench pins: whole pages of their own.
+using pinnable = std::vector<std::byte, page_allocator<std::byte>>;
+
+void fill(pinnable& buf, uint64_t seed) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (auto& b : buf) {
     x ^= x << 13;
@@ -113,7 +125,7 @@ struct submit_result {
 submit_result run_submit(env& e, copy_method method, int warmups, int runs) {
   const size_t rows = layers * tokens_per_chunk_list;
   const size_t bytes = rows * row_bytes;
-  std::vector<std::byte> host(bytes);
+  pinnable host(bytes);
   fill(host, 1);
   auto pin = take(e.dev->pin(host.data(), bytes), "pin");
   auto buf = take(e.dev->allocate(bytes), "allocate");
@@ -152,12 +164,44 @@ submit_result run_submit(env& e, copy_method method, int warmups, int runs) {
 
 struct bw_result {
   stats gbps;
+  stats peer_gbps; ///< One plain cudaMemcpy (0 without CUDA).
   bool ok = false;
 };
 
+/// GB/s of one synchronous cudaMemcpy of `bytes` between the same pinned
+/// host memory and device memory: the peer of run_bandwidth().
+stats plain_memcpy(void* host, std::byte* dev, size_t bytes, bool to_device,
+                   int warmups, int runs) {
+#if DUALPATH_HAVE_CUDA
+  std::vector<double> gbps;
+  for (int i = 0; i < warmups + runs; ++i) {
+    auto t0 = clock_type::now();
+    auto rc = to_device ? cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice)
+                        : cudaMemcpy(host, dev, bytes, cudaMemcpyDeviceToHost);
+    const double secs = seconds_since(t0);
+    if (rc != cudaSuccess) {
+      std::printf("FAIL gpu_copy: cudaMemcpy -> %s\n", cudaGetErrorName(rc));
+      std::printf("RESULT gpu_copy failed=1\n");
+      std::exit(1);
+    }
+    if (i >= warmups)
+      gbps.push_back(static_cast<double>(bytes) / secs / 1e9);
+  }
+  return summarize(gbps);
+#else
+  (void)host;
+  (void)dev;
+  (void)bytes;
+  (void)to_device;
+  (void)warmups;
+  (void)runs;
+  return stats{};
+#endif
+}
+
 bw_result run_bandwidth(env& e, size_t bytes, bool to_device, int warmups,
                         int runs) {
-  std::vector<std::byte> host(bytes);
+  pinnable host(bytes);
   fill(host, bytes);
   auto pin = take(e.dev->pin(host.data(), bytes), "pin");
   auto buf = take(e.dev->allocate(bytes), "allocate");
@@ -185,6 +229,17 @@ bw_result run_bandwidth(env& e, size_t bytes, bool to_device, int warmups,
   }
   bw_result r;
   r.gbps = summarize(gbps);
+  if (e.dev->capabilities().kind == backend_kind::cuda) {
+    check(e.dev->synchronize(e.s), "synchronize");
+    r.peer_gbps =
+        plain_memcpy(host.data(), buf.data(), bytes, to_device, warmups, runs);
+    if (!to_device) {
+      // The check below must see bytes this module's copy wrote, not the
+      // peer's.
+      std::memset(host.data(), 0, bytes);
+      check(e.dev->copy_d2h(buf, pin, whole, e.s), "copy_d2h");
+    }
+  }
   if (to_device) {
     r.ok = take(e.dev->checksum(buf, 0, bytes, e.s), "checksum") == expect;
   } else {
@@ -219,7 +274,11 @@ int main(int argc, char** argv) {
   opts.backend = take(parse_backend_choice(backend), "--backend");
   opts.hbm_budget = uint64_t{2} << 30;
   if (opts.backend == backend_choice::cuda) {
+    // Skipped only where no device exists; a device that cannot be used
+    // (e.g. a driver older than this runtime) is a failure.
     if (auto count = probe_cuda(); !count) {
+      if (count.error() != gpu_errc::no_device)
+        fail("probe_cuda", count.error());
       std::printf("SKIP gpu_copy: %s\n", text_of(count.error()).c_str());
       std::printf("RESULT gpu_copy skipped=1\n");
       return 77;
@@ -245,10 +304,14 @@ int main(int argc, char** argv) {
   };
   print_submit("submit_per_chunk", per_chunk);
   submit_result batched;
+  bool batch_ok = true;
   if (caps.batched_copy) {
     batched = run_submit(e, copy_method::batched, warmups, runs);
     print_submit("submit_batched", batched);
   } else {
+    // A CUDA 13 runtime on a driver that runs it has the batch API: its
+    // absence on a real device is a failure of this check.
+    batch_ok = caps.kind != backend_kind::cuda;
     std::printf("%-18s unavailable: %s\n", "submit_batched",
                 caps.notes.c_str());
   }
@@ -264,33 +327,44 @@ int main(int argc, char** argv) {
       {"h2d_256MiB", size_t{256} << 20, true},
       {"d2h_32ktok", 32768 * row_bytes, false},
   };
-  std::printf("\n%-18s %12s %30s %3s\n", "workload", "bytes",
-              "GB/s med [min,max]", "ok");
+  std::printf("\n%-18s %12s %30s %30s %6s %3s\n", "workload", "bytes",
+              "GB/s med [min,max]", "peer cudaMemcpy GB/s med [min,max]",
+              "ratio", "ok");
   std::vector<bw_result> bw;
-  bool all_ok = per_chunk.ok && (!caps.batched_copy || batched.ok);
+  bool all_ok = per_chunk.ok && batch_ok && (!caps.batched_copy || batched.ok);
   for (const auto& c : cases) {
     bw.push_back(run_bandwidth(e, c.bytes, c.to_device, warmups, runs));
     const auto& r = bw.back();
     all_ok = all_ok && r.ok;
-    std::printf("%-18s %12zu %10.2f [%7.2f,%7.2f] %3s\n", c.name, c.bytes,
-                r.gbps.median, r.gbps.min, r.gbps.max, r.ok ? "yes" : "NO");
+    std::printf("%-18s %12zu %10.2f [%7.2f,%7.2f] %12.2f [%7.2f,%7.2f] %6.2f "
+                "%3s\n",
+                c.name, c.bytes, r.gbps.median, r.gbps.min, r.gbps.max,
+                r.peer_gbps.median, r.peer_gbps.min, r.peer_gbps.max,
+                r.peer_gbps.median > 0 ? r.gbps.median / r.peer_gbps.median
+                                       : 0.0,
+                r.ok ? "yes" : "NO");
   }
   const double ratio =
       caps.batched_copy && batched.submit_us_per_chunk.median > 0
           ? per_chunk.submit_us_per_chunk.median
                 / batched.submit_us_per_chunk.median
           : 0;
-  std::printf("\nRESULT gpu_copy backend=%s device=\"%s\" chunks=%zu "
-              "chunk_bytes=%zu per_chunk_submit_us=%.3f "
-              "batched_submit_us=%.3f submit_ratio=%.2f "
-              "per_chunk_complete_ms=%.3f batched_complete_ms=%.3f "
-              "h2d_gbps_64tok=%.2f h2d_gbps_4ktok=%.2f h2d_gbps_32ktok=%.2f "
-              "h2d_gbps_256MiB=%.2f d2h_gbps_32ktok=%.2f verified=%d\n",
-              to_string(caps.kind).c_str(), caps.name.c_str(), rows, row_bytes,
-              per_chunk.submit_us_per_chunk.median,
-              batched.submit_us_per_chunk.median, ratio,
-              per_chunk.complete_ms.median, batched.complete_ms.median,
-              bw[0].gbps.median, bw[1].gbps.median, bw[2].gbps.median,
-              bw[3].gbps.median, bw[4].gbps.median, all_ok ? 1 : 0);
+  std::printf(
+      "\nRESULT gpu_copy backend=%s device=\"%s\" chunks=%zu "
+      "chunk_bytes=%zu per_chunk_submit_us=%.3f "
+      "batched_submit_us=%.3f submit_ratio=%.2f "
+      "per_chunk_complete_ms=%.3f batched_complete_ms=%.3f "
+      "h2d_gbps_64tok=%.2f h2d_gbps_4ktok=%.2f h2d_gbps_32ktok=%.2f "
+      "h2d_gbps_256MiB=%.2f d2h_gbps_32ktok=%.2f "
+      "peer_h2d_gbps_64tok=%.2f peer_h2d_gbps_4ktok=%.2f "
+      "peer_h2d_gbps_32ktok=%.2f peer_h2d_gbps_256MiB=%.2f "
+      "batch_api=%d verified=%d\n",
+      to_string(caps.kind).c_str(), caps.name.c_str(), rows, row_bytes,
+      per_chunk.submit_us_per_chunk.median, batched.submit_us_per_chunk.median,
+      ratio, per_chunk.complete_ms.median, batched.complete_ms.median,
+      bw[0].gbps.median, bw[1].gbps.median, bw[2].gbps.median,
+      bw[3].gbps.median, bw[4].gbps.median, bw[0].peer_gbps.median,
+      bw[1].peer_gbps.median, bw[2].peer_gbps.median, bw[3].peer_gbps.median,
+      caps.batched_copy ? 1 : 0, all_ok ? 1 : 0);
   return all_ok ? 0 : 1;
 }

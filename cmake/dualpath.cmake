@@ -14,8 +14,13 @@ function(dualpath_target_defaults target)
   elseif(DUALPATH_SANITIZE STREQUAL "thread")
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread>)
     target_link_options(${target} PRIVATE -fsanitize=thread)
+  elseif(DUALPATH_SANITIZE STREQUAL "fuzz")
+    # Coverage for libFuzzer (fuzz/ links the fuzzer's main) plus ASan+UBSan.
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all>)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   elseif(NOT DUALPATH_SANITIZE STREQUAL "")
-    message(FATAL_ERROR "DUALPATH_SANITIZE must be '', 'address' or 'thread', not '${DUALPATH_SANITIZE}'")
+    message(FATAL_ERROR "DUALPATH_SANITIZE must be '', 'address', 'thread' or 'fuzz', not '${DUALPATH_SANITIZE}'")
   endif()
 endfunction()
 
@@ -91,5 +96,5 @@ function(dualpath_suite file)
   set_target_properties(${exe} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
   add_test(NAME ${test_name} COMMAND ${exe})
   set_tests_properties(${test_name} PROPERTIES LABELS "${label}" SKIP_RETURN_CODE 77
-    TIMEOUT 300 ENVIRONMENT "DUALPATH_BUILD_DIR=${CMAKE_BINARY_DIR};DUALPATH_SOURCE_DIR=${PROJECT_SOURCE_DIR};UBSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/cmake/ubsan.supp:halt_on_error=1:print_stacktrace=1")
+    TIMEOUT 300 ENVIRONMENT "DUALPATH_BUILD_DIR=${CMAKE_BINARY_DIR};DUALPATH_SOURCE_DIR=${PROJECT_SOURCE_DIR};UBSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/cmake/ubsan.supp:halt_on_error=1:print_stacktrace=1;TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/cmake/tsan.supp:halt_on_error=1:second_deadlock_stack=1")
 endfunction()

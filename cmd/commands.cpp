@@ -130,7 +130,11 @@ int main(int argc, char** argv) {
              "KEY=VALUE, --print-config and --json [FILE]. Precedence, lowest "
              "first: defaults < profiles (--hardware/--model/--workload) < "
              "FILE < --set < subcommand flags. Every key: `dualpath config "
-             "--reference`.\nExit status: 0 success, 1 run failure, 2 bad "
+             "--reference`.\nCAF's own options are taken as CAF takes them: "
+             "--scheduler.max-threads=4 and the like on the command line, a "
+             "CAF config file (caf-application.ini, or --config-file=FILE); "
+             "`dualpath config --reference` lists them.\nExit status: 0 "
+             "success, 1 run failure, 2 bad "
              "usage or configuration.");
   auto commands = make_commands();
   std::vector<std::unique_ptr<common_options>> options;
@@ -142,8 +146,15 @@ int main(int argc, char** argv) {
     cmd->add_options(*sub, options.back()->flags);
     subs.push_back(sub);
   }
+  // CAF's own options (--scheduler.max-threads=4, --config-file=FILE, ...)
+  // are CAF's to parse (config/caf_options.hpp), not CLI11's.
+  std::vector<std::string> args(argv + 1, argv + argc);
+  auto caf_opts = config::take_caf_arguments(args);
+  std::vector<char*> rest{argv[0]};
+  for (auto& a : args)
+    rest.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(rest.size()), rest.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
@@ -159,6 +170,7 @@ int main(int argc, char** argv) {
     // The subcommand's own key flags come after the shortcuts in `flags`, so
     // given() lists the profile shortcuts first.
     config::load_request req;
+    req.caf = caf_opts;
     if (opts.config_opt->count() > 0)
       req.file = opts.config_file;
     auto flag_overrides = opts.flags.given();

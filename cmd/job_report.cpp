@@ -134,6 +134,7 @@ nlohmann::json job_json(const actors::cluster::job_result& res,
   doc["requests_per_mode"] = res.requests_per_mode;
   doc["mean_prompt_tokens"] = res.mean_prompt_tokens;
   doc["mean_hit_share"] = res.mean_hit_share;
+  doc["bounds"] = actors::cluster::to_json(res.bounds);
   if (!sweep.empty()) {
     auto& js = doc["aps_sweep"] = nlohmann::json::array();
     for (auto& [aps, r] : sweep) {

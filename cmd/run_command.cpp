@@ -134,6 +134,12 @@ public:
     opts.aps = cfg.real("run.aps");
     opts.wall_limit = std::chrono::seconds(cfg.integer("run.wall_limit_s"));
     job_.apply(opts, "", 16);
+    // The GPU plan and what the engines report once (the rank -> device
+    // map, GPU memory staged through host memory), as they happen, also
+    // with --quiet: they say where the KV really lived.
+    opts.notice = [&err = inv.err](const std::string& line) {
+      err << "dualpath run: " << line << std::endl;
+    };
     auto parsed = parse_rates(job_.sweep);
     if (!parsed)
       return inv.fail(name(), error_text(parsed.error()), exit_usage);
@@ -172,6 +178,10 @@ public:
     auto oracle = find_mode(res->modes, "oracle");
     if (inv.json()) {
       auto doc = job_json(*res, sweep);
+      doc["gpu"] = {{"backend", gpu::to_string(res->gpus.kind)},
+                    {"devices", res->gpus.devices},
+                    {"reason", res->gpus.reason}};
+      doc["notices"] = res->notices;
       if (auto rc = inv.emit_json(doc); rc != exit_ok)
         return rc;
     }
@@ -191,6 +201,8 @@ public:
           << res->time_scale << " (emulated s per wall s), byte scale "
           << res->byte_scale << " (nominal bytes per real byte)\n\n";
       print_table(out, res->modes);
+      out << '\n';
+      print_bounds(out, res->bounds, res->modes);
       out << std::setprecision(2);
       if (basic && dual)
         out << "\nBasic / DualPath JCT: " << ratio(basic, dual) << "x";

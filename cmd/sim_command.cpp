@@ -144,6 +144,8 @@ public:
         << "); simulated time, modeled data plane (KV " << not_verified
         << ")\n\n";
     print_table(out, res->modes);
+    out << '\n';
+    print_bounds(out, res->bounds, res->modes);
     out << std::setprecision(2);
     if (basic && dual)
       out << "\nBasic / DualPath JCT: " << ratio(basic, dual) << "x";

@@ -5,11 +5,20 @@
 namespace dualpath::config::keys {
 
 void add_gpu(std::vector<key_spec>& out) {
-  out.push_back(choice_key("gpu.backend", "auto", {"auto", "cuda", "host"},
-                           "Device memory backend; auto probes CUDA and falls "
-                           "back to host memory standing in for HBM."));
-  out.push_back(
-      int_key("gpu.device", 0, "", "CUDA device ordinal.", range::at_least(0)));
+  out.push_back(choice_key(
+      "gpu.backend", "auto", {"auto", "cuda", "host"},
+      "Where the engines' KV lives (`dualpath run`, `dualpath node`): cuda = "
+      "every engine rank on a CUDA device, KV layers in device memory, the "
+      "decode engine verifying KV there with the checksum kernel (without a "
+      "usable device: exit 2); host = host memory standing in for HBM; auto "
+      "= cuda when a device can be used, else host, said once. `dualpath "
+      "sim` only counts HBM."));
+  out.push_back(int_key("gpu.device", 0, "",
+                        "CUDA device of engine rank 0: rank r uses device "
+                        "(gpu.device + r) mod the devices present, unless "
+                        "the cluster file lists the node's gpus (rank r -> "
+                        "gpus[r]). Must be a device the machine has.",
+                        range::at_least(0)));
   out.push_back(bool_key("gpu.h2d_via_transport", false,
                          "Route host-to-device copies through the bulk "
                          "transport (CNIC-centric, brief 2.3) instead of a "
@@ -89,8 +98,11 @@ void add_run(std::vector<key_spec>& out) {
   out.push_back(int_key("run.turns", 2, "turns",
                         "Turns replayed per trajectory, from the middle of "
                         "each trajectory (earlier turns are history already "
-                        "in storage).",
-                        range::at_least(1)));
+                        "in storage). 0 = whole trajectories: every turn "
+                        "from the first, the store starts empty (only a "
+                        "trace file's own `history` turns are in storage; "
+                        "docs/workload.md).",
+                        range::at_least(0)));
   out.push_back(string_key("run.modes", "all",
                            "Modes run one after another: all (basic, "
                            "dualpath, oracle), ablation (basic, layerwise, "

@@ -1,15 +1,21 @@
 #include "config/settings.hpp"
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <toml++/toml.h>
 
+#include "config/capacity.hpp"
 #include "config/profiles.hpp"
 
 namespace dualpath::config {
@@ -109,16 +115,12 @@ struct file_entry {
 };
 
 caf::expected<std::vector<file_entry>> read_file(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
-    return fail(config_errc::missing_file,
-                "configuration file " + quoted(path)
-                    + " does not exist or cannot be read");
-  std::stringstream buf;
-  buf << in.rdbuf();
+  auto text = read_config_text(path, "configuration file");
+  if (!text)
+    return std::move(text.error());
   toml::table root;
   try {
-    root = toml::parse(buf.str(), path);
+    root = toml::parse(*text, path);
   } catch (const toml::parse_error& err) {
     auto& pos = err.source().begin;
     return fail(config_errc::parse_error,
@@ -168,6 +170,52 @@ caf::expected<std::vector<file_entry>> read_file(const std::string& path) {
 }
 
 } // namespace
+
+// A regular file or a pipe (such as `--config <(...)`); a directory, a
+// socket or a device is refused before reading, and so is a file larger than
+// any configuration could be.
+caf::expected<std::string> read_config_text(const std::string& path,
+                                            const std::string& what) {
+  constexpr size_t max_bytes = size_t{16} << 20;
+  auto cannot = [&](const std::string& why) {
+    return fail(config_errc::missing_file,
+                what + " " + quoted(path) + " " + why);
+  };
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return cannot(errno == ENOENT ? std::string{"does not exist"}
+                                  : "cannot be read: stat: "
+                                        + std::string{std::strerror(errno)});
+  if (S_ISDIR(st.st_mode))
+    return cannot("is a directory, not a file");
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
+    return cannot("is not a regular file");
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return cannot("cannot be read: open: " + std::string{std::strerror(errno)});
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    auto n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      auto e = errno;
+      ::close(fd);
+      return cannot("cannot be read: read: " + std::string{std::strerror(e)});
+    }
+    if (n == 0)
+      break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > max_bytes) {
+      ::close(fd);
+      return cannot("is larger than " + std::to_string(max_bytes >> 20)
+                    + " MiB");
+    }
+  }
+  ::close(fd);
+  return text;
+}
 
 std::string to_string(value_source x) {
   switch (x) {
@@ -452,6 +500,13 @@ caf::expected<settings> load(const load_request& req) {
     if (auto e = result.set_text(ov.key, ov.text, value_source::override_value,
                                  ov.origin))
       return e;
+  // 4. Sizes against what the process can hold, before anyone allocates.
+  if (auto e = check_capacity(result, host_memory_bytes()))
+    return e;
+  // 5. CAF's own options.
+  if (auto e = check(req.caf))
+    return e;
+  result.set_caf(req.caf);
   return result;
 }
 
@@ -505,6 +560,21 @@ std::string reference_toml() {
     out << spec.short_name() << " = " << config::to_toml(spec.default_value)
         << '\n';
   }
+  out << "\n# CAF's own options (CAF 0.17.6), taken the way CAF applications "
+         "take "
+         "them\n"
+         "# (config/caf_options.hpp): in a CAF config file, INI "
+         "`[category]` sections of\n"
+         "# `name=value` (caf-application.ini in the working directory, or "
+         "--config-file=FILE),\n"
+         "# or on the command line as --category.name=VALUE, e.g. "
+         "--scheduler.max-threads=4.\n"
+         "# They apply on top of the caf.* keys above (file < command "
+         "line). Unknown options,\n"
+         "# wrong types, a policy other than sharing or stealing and a "
+         "thread count outside\n"
+         "# 1 .. 4096 exit 2.\n"
+      << caf_reference();
   return out.str();
 }
 

@@ -22,6 +22,7 @@
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 
+#include "config/caf_options.hpp"
 #include "config/errors.hpp"
 #include "config/schema.hpp"
 #include "config/value.hpp"
@@ -77,6 +78,16 @@ public:
   /// loading it back as a file gives the same values.
   std::string to_toml() const;
 
+  /// CAF's own options of this command line (config/caf_options.hpp),
+  /// validated by load(); actor system configs apply them.
+  const caf_options& caf() const {
+    return caf_;
+  }
+
+  void set_caf(caf_options x) {
+    caf_ = std::move(x);
+  }
+
 private:
   struct entry {
     value current;
@@ -90,6 +101,7 @@ private:
   const value& typed(std::string_view key, value_type type) const;
 
   std::vector<entry> entries_; // parallel to schema()
+  caf_options caf_;
 };
 
 /// One command-line override: "section.key=value" and what gave it
@@ -113,12 +125,23 @@ struct load_request {
   std::optional<std::string> file;
   /// Overrides, applied in order after the file (the last one wins).
   std::vector<override_entry> overrides;
+  /// CAF's own options (its config file and command-line options).
+  caf_options caf;
 };
 
-/// Loads defaults, profiles, the file and the overrides. Errors are
-/// config_errc values with one message naming the key, value and what is
-/// allowed.
+/// Loads defaults, profiles, the file and the overrides, then checks the
+/// sizes they ask for against what the process can hold
+/// (config/capacity.hpp). Errors are config_errc values with one message
+/// naming the key, value and what is allowed. The file must be a regular
+/// file or a pipe: a directory, socket or device, or a file that cannot be
+/// read to its end, is config_errc::missing_file.
 caf::expected<settings> load(const load_request& req);
+
+/// The whole text of the configuration file `path` (`what` names it in
+/// messages: "configuration file"); config_errc::missing_file when it is
+/// missing, a directory, socket or device, larger than 16 MiB or unreadable.
+caf::expected<std::string> read_config_text(const std::string& path,
+                                            const std::string& what);
 
 /// The reference configuration: every key with its default, unit, allowed
 /// values and meaning as TOML comments, plus the profiles. This is the text

@@ -1,7 +1,9 @@
-// The cuda backend of gpu::device: device memory from cudaMalloc(Async), host
-// memory registered with cudaHostRegister, non-blocking streams, timing-free
-// events, copies by cudaMemcpyAsync per chunk or one cudaMemcpyBatchAsync per
-// list, and the checksum kernel of gpu/cuda_checksum.cu.
+// The cuda backend of gpu::device: pool slabs from cudaMalloc, host memory
+// registered with cudaHostRegister, non-blocking streams, timing-free events,
+// copies by cudaMemcpyAsync per chunk or one cudaMemcpyBatchAsync per list,
+// completion notices through cudaLaunchHostFunc, the checksum kernels of
+// gpu/cuda_checksum.cu, dma-buf export through the driver API
+// (gpu/cuda_driver.hpp) and GPUDirect RDMA write ordering.
 //
 // Why some choices:
 // - Every CUDA call goes through cuda_call(), which keeps the call's name and
@@ -12,24 +14,41 @@
 // - Streams are created cudaStreamNonBlocking so that they never serialise
 //   with the legacy default stream (cudaMemcpyBatchAsync refuses that stream
 //   anyway).
-// - Whether the batch API works is probed once at creation with a real 8-byte
-//   batch copy: a CUDA 13 runtime on an older driver can return
+// - Whether the batch API works is probed once per process and device with a
+//   real 8-byte batch copy: a CUDA 13 runtime on an older driver can return
 //   cudaErrorNotSupported / cudaErrorCallRequiresNewerDriver, in which case
-//   capabilities().batched_copy is false and callers use per-chunk copies.
-// - Device memory comes from the device's default memory pool
-//   (cudaMallocAsync/cudaFreeAsync on an internal stream, freed memory kept
-//   in the pool) where pools are supported, because engines free GPU memory
-//   per layer and cudaFree would synchronise the whole device each time.
-// - The checksum needs an 8-byte device accumulator and an 8-byte pinned host
-//   landing slot; each stream owns one pair (a stream is used by one thread at
-//   a time, and checksum() waits for its result before returning).
+//   capabilities().batched_copy is false, the note says why, and automatic
+//   copies go per chunk.
+// - Device memory comes in pool slabs (gpu/pool.hpp): one cudaMalloc per
+//   slab, none per allocation, and cudaFree (which synchronises the whole
+//   device) only when the device dies. A slab is page-aligned cudaMalloc
+//   memory, which is what cuMemGetHandleForAddressRange exports as dma-buf.
+// - "No device" and "a driver too old for this runtime" are told apart: the
+//   runtime reports both as cudaErrorInsufficientDriver, so the driver
+//   library itself is asked (loaded with dlopen, never linked). Only the
+//   first lets callers skip; the second is a failure.
+// - dma-buf export is offered only where RDMA writes into device memory can
+//   also be made visible to later kernels: the device orders them itself
+//   (cudaDevAttrGPUDirectRDMAWritesOrdering >= owner) or supports
+//   cudaDeviceFlushGPUDirectRDMAWrites, and where a real export of a small
+//   allocation succeeded (probed once per process and device: a VM or a
+//   kernel without dma-buf refuses what the attribute claims).
+// - The single-range checksum needs an 8-byte device accumulator and an
+//   8-byte pinned host landing slot, and the segment checksums a device
+//   array of results; each stream owns its own (a stream is used by one
+//   thread at a time; the array grows by doubling, after the stream's
+//   earlier kernels finished).
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "gpu/checksum.hpp"
+#include "gpu/cuda_driver.hpp"
 #include "gpu/cuda_kernels.hpp"
 #include "gpu/device.hpp"
 
@@ -52,10 +71,12 @@ caf::error cuda_call(const char* call, cudaError_t rc) {
     case cudaErrorMemoryAllocation:
       return caf::make_error(gpu_errc::out_of_memory, std::move(what));
     case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
     case cudaErrorInvalidDevice:
       return caf::make_error(gpu_errc::no_device, "no CUDA device: " + what);
+    case cudaErrorInsufficientDriver:
+      return caf::make_error(gpu_errc::driver_too_old, std::move(what));
     case cudaErrorNotSupported:
+    case cudaErrorCallRequiresNewerDriver:
       return caf::make_error(gpu_errc::unsupported, std::move(what));
     default:
       return caf::make_error(gpu_errc::cuda_error, std::move(what));
@@ -71,17 +92,26 @@ void release_call(const char* call, cudaError_t rc) noexcept {
   static_cast<void>(call);
 }
 
-/// Per-stream state: the stream and the checksum's result slots.
+/// The runtime's version as "13.0".
+std::string runtime_version_text() {
+  return cuda_driver::version_text(CUDART_VERSION);
+}
+
+/// Per-stream state: the stream and the checksums' result slots.
 struct cuda_stream {
   cudaStream_t handle = nullptr;
   unsigned long long* device_sum = nullptr; // cudaMalloc, 8 bytes
   unsigned long long* host_sum = nullptr;   // cudaMallocHost, 8 bytes
+  uint64_t* segment_sums = nullptr;         // cudaMalloc, grown as needed
+  size_t segment_capacity = 0;              // values segment_sums holds
 
   /// Releases in reverse order of acquisition; waits for pending work first.
   /// Errors are ignored: nothing can be done about them in a destructor.
   ~cuda_stream() {
     if (handle != nullptr)
       release_call("cudaStreamSynchronize", cudaStreamSynchronize(handle));
+    if (segment_sums != nullptr)
+      release_call("cudaFree", cudaFree(segment_sums));
     if (host_sum != nullptr)
       release_call("cudaFreeHost", cudaFreeHost(host_sum));
     if (device_sum != nullptr)
@@ -90,6 +120,68 @@ struct cuda_stream {
       release_call("cudaStreamDestroy", cudaStreamDestroy(handle));
   }
 };
+
+/// The host function behind notify(): runs the caller's function once, on
+/// the driver's callback thread, and frees it.
+void CUDART_CB run_notice(void* arg) {
+  std::unique_ptr<std::function<void()>> fn{
+      static_cast<std::function<void()>*>(arg)};
+  (*fn)();
+}
+
+} // namespace
+
+// The probes below run once per process (and device): engines create one
+// device each, many on the same GPU.
+
+caf::expected<int> probe_cuda() {
+  static std::once_flag once;
+  static caf::expected<int> result{0};
+  std::call_once(once, [] {
+    int count = 0;
+    auto rc = cudaGetDeviceCount(&count);
+    if (rc == cudaSuccess) {
+      if (count > 0)
+        result = count;
+      else
+        result = caf::make_error(gpu_errc::no_device,
+                                 "no CUDA device: cudaGetDeviceCount reports "
+                                 "0");
+      return;
+    }
+    release_call("cudaGetDeviceCount", rc);
+    auto runtime_says = std::string{"cudaGetDeviceCount -> "}
+                        + cudaGetErrorName(rc) + " (" + cudaGetErrorString(rc)
+                        + ")";
+    // The runtime says "insufficient driver" both when there is none and
+    // when it is too old: the driver library tells which.
+    auto driver = cuda_driver::library::load();
+    if (!driver) {
+      result = caf::make_error(gpu_errc::no_device,
+                               "no CUDA device: " + describe(driver.error()));
+      return;
+    }
+    if (rc == cudaErrorInsufficientDriver
+        || rc == cudaErrorCallRequiresNewerDriver) {
+      result = caf::make_error(
+          gpu_errc::driver_too_old,
+          "the CUDA driver (" + cuda_driver::version_text((*driver)->version())
+              + ") is older than the CUDA " + runtime_version_text()
+              + " runtime this program was built with: " + runtime_says
+              + "; update the NVIDIA driver");
+      return;
+    }
+    if (rc == cudaErrorNoDevice) {
+      result = caf::make_error(gpu_errc::no_device,
+                               "no CUDA device: " + runtime_says);
+      return;
+    }
+    result = cuda_call("cudaGetDeviceCount", rc);
+  });
+  return result;
+}
+
+namespace {
 
 class cuda_device final : public device {
 public:
@@ -119,31 +211,28 @@ public:
     uint64_t budget = opts.hbm_budget == 0 ? free_bytes : opts.hbm_budget;
     budget = std::min<uint64_t>(budget, total_bytes);
     std::shared_ptr<cuda_device> dev{
-        new cuda_device(opts.cuda_device, budget, prop, total_bytes)};
-    if (auto err = dev->setup_pool())
-      return err;
-    if (auto err = dev->probe_batched_copy()) {
-      dev->caps_.batched_copy = false;
-      const auto& ctx = err.context();
-      dev->add_note("batched copies off: "
-                    + (ctx.match_elements<std::string>()
-                           ? ctx.get_as<std::string>(0)
-                           : std::string{"probe failed"}));
+        new cuda_device(opts, budget, prop, total_bytes)};
+    if (opts.batch_copy == batch_copy_use::off) {
+      dev->add_note("batched copies off (device_options::batch_copy)");
+    } else if (auto err = batch_probe(opts.cuda_device)) {
+      dev->add_note("batched copies off: " + describe(err));
     } else {
       dev->caps_.batched_copy = true;
     }
+    if (auto err = dev->probe_rdma()) {
+      dev->add_note("no dma-buf export: " + describe(err));
+    } else {
+      dev->caps_.dmabuf_export = true;
+    }
+    if (auto err = dev->reserve_pool())
+      return err;
     return std::shared_ptr<device>{std::move(dev)};
   }
 
   ~cuda_device() override {
-    // Every buffer is gone (each held a reference to this device); wait for
-    // the pool's frees, then drop the allocation stream.
-    if (alloc_stream_ != nullptr) {
-      release_call("cudaSetDevice", cudaSetDevice(ordinal_));
-      release_call("cudaStreamSynchronize",
-                   cudaStreamSynchronize(alloc_stream_));
-      release_call("cudaStreamDestroy", cudaStreamDestroy(alloc_stream_));
-    }
+    // Every buffer is gone (each held a reference to this device).
+    release_call("cudaSetDevice", cudaSetDevice(ordinal_));
+    release_pool();
   }
 
   const device_capabilities& capabilities() const override {
@@ -155,33 +244,15 @@ protected:
     if (auto err = activate())
       return err;
     void* ptr = nullptr;
-    if (!pooled_) {
-      if (auto err = cuda_call("cudaMalloc", cudaMalloc(&ptr, bytes)))
-        return err;
-      return static_cast<std::byte*>(ptr);
-    }
-    if (auto err = cuda_call("cudaMallocAsync",
-                             cudaMallocAsync(&ptr, bytes, alloc_stream_)))
+    if (auto err = cuda_call("cudaMalloc", cudaMalloc(&ptr, bytes)))
       return err;
-    // Once the allocation stream has reached it, the memory may be used from
-    // any stream.
-    if (auto err = cuda_call("cudaStreamSynchronize",
-                             cudaStreamSynchronize(alloc_stream_))) {
-      release_call("cudaFreeAsync", cudaFreeAsync(ptr, alloc_stream_));
-      return err;
-    }
     return static_cast<std::byte*>(ptr);
   }
 
   void do_free(std::byte* data, size_t) noexcept override {
+    // Slabs only, when the device dies: cudaFree synchronises the device.
     release_call("cudaSetDevice", cudaSetDevice(ordinal_));
-    // The caller guarantees no pending work uses the buffer (device.hpp), so
-    // a stream-ordered free needs no device-wide synchronisation; plain
-    // cudaFree (no memory pools) synchronises the device.
-    if (pooled_)
-      release_call("cudaFreeAsync", cudaFreeAsync(data, alloc_stream_));
-    else
-      release_call("cudaFree", cudaFree(data));
+    release_call("cudaFree", cudaFree(data));
   }
 
   caf::error do_pin(std::byte* data, size_t bytes) override {
@@ -292,6 +363,23 @@ protected:
                          static_cast<cuda_stream*>(stream_handle)->handle));
   }
 
+  caf::error do_notify(void* event_handle, void* stream_handle,
+                       std::function<void()> done) override {
+    if (auto err = activate())
+      return err;
+    auto s = static_cast<cuda_stream*>(stream_handle)->handle;
+    if (auto err = cuda_call(
+            "cudaStreamWaitEvent",
+            cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(event_handle), 0)))
+      return err;
+    auto fn = std::make_unique<std::function<void()>>(std::move(done));
+    if (auto err = cuda_call("cudaLaunchHostFunc",
+                             cudaLaunchHostFunc(s, run_notice, fn.get())))
+      return err; // not enqueued: `fn` is freed here, never called
+    fn.release(); // run_notice owns it now
+    return caf::none;
+  }
+
   caf::expected<uint64_t> do_checksum(const std::byte* data, size_t length,
                                       void* stream_handle) override {
     if (auto err = activate())
@@ -312,16 +400,79 @@ protected:
     return checksum_finish(*st.host_sum, length);
   }
 
+  caf::error do_enqueue_checksums(const raw_grid& grid, uint64_t* out,
+                                  void* stream_handle) override {
+    if (auto err = activate())
+      return err;
+    auto& st = *static_cast<cuda_stream*>(stream_handle);
+    const size_t per_row =
+        (grid.row_bytes + grid.segment_bytes - 1) / grid.segment_bytes;
+    const size_t count = grid.rows * per_row;
+    if (count > st.segment_capacity) {
+      // Grows rarely (doubling). Kernels enqueued before may still write
+      // the old array: they finish first (the only wait, counted).
+      size_t want = std::max(count, 2 * st.segment_capacity);
+      if (st.segment_sums != nullptr) {
+        count_host_wait();
+        if (auto err = cuda_call("cudaStreamSynchronize",
+                                 cudaStreamSynchronize(st.handle)))
+          return err;
+        release_call("cudaFree", cudaFree(st.segment_sums));
+        st.segment_sums = nullptr;
+        st.segment_capacity = 0;
+      }
+      void* bigger = nullptr;
+      if (auto err = cuda_call("cudaMalloc",
+                               cudaMalloc(&bigger, want * sizeof(uint64_t))))
+        return err;
+      st.segment_sums = static_cast<uint64_t*>(bigger);
+      st.segment_capacity = want;
+    }
+    if (auto err =
+            cuda_call("segment checksum kernel launch",
+                      cuda_kernels::enqueue_segment_checksums(
+                          grid.base, grid.rows, grid.row_stride, grid.row_bytes,
+                          grid.segment_bytes, st.segment_sums, st.handle)))
+      return err;
+    return cuda_call("cudaMemcpyAsync",
+                     cudaMemcpyAsync(out, st.segment_sums,
+                                     count * sizeof(uint64_t),
+                                     cudaMemcpyDeviceToHost, st.handle));
+  }
+
+  caf::expected<dmabuf> do_export_dmabuf(std::byte* base,
+                                         size_t size) override {
+    auto driver = cuda_driver::library::load();
+    if (!driver)
+      return std::move(driver.error());
+    auto fd = (*driver)->export_dmabuf(base, size);
+    if (!fd)
+      return std::move(fd.error());
+    return dmabuf{*fd, base, size};
+  }
+
+  caf::error do_order_remote_writes() override {
+    if (!flush_remote_writes_)
+      return caf::none; // the device orders GPUDirect RDMA writes itself
+    if (auto err = activate())
+      return err;
+    return cuda_call("cudaDeviceFlushGPUDirectRDMAWrites",
+                     cudaDeviceFlushGPUDirectRDMAWrites(
+                         cudaFlushGPUDirectRDMAWritesTargetCurrentDevice,
+                         cudaFlushGPUDirectRDMAWritesToOwner));
+  }
+
 private:
-  cuda_device(int ordinal, uint64_t budget, const cudaDeviceProp& prop,
-              size_t total_bytes)
-      : device(budget), ordinal_(ordinal) {
+  cuda_device(const device_options& opts, uint64_t budget,
+              const cudaDeviceProp& prop, size_t total_bytes)
+      : device(budget, opts), ordinal_(opts.cuda_device) {
     caps_.kind = backend_kind::cuda;
     caps_.name = prop.name;
     caps_.real_device = true;
     caps_.host_addressable = false;
     caps_.batched_copy = false; // set by create() after probing
     caps_.device_checksum = true;
+    caps_.dmabuf_export = false; // likewise
     caps_.total_memory = total_bytes;
   }
 
@@ -335,45 +486,11 @@ private:
     caps_.notes += note;
   }
 
-  /// Engines allocate and free per layer; cudaFree would synchronise the
-  /// whole device each time and defeat the overlap of copies and compute.
-  /// Where the device supports memory pools, allocations come from the
-  /// default pool (stream-ordered, freed memory kept cached in the pool) on
-  /// an internal stream instead.
-  caf::error setup_pool() {
-    int supported = 0;
-    if (auto err = cuda_call(
-            "cudaDeviceGetAttribute",
-            cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported,
-                                   ordinal_)))
-      return err;
-    if (supported == 0) {
-      add_note("no memory pools: cudaMalloc/cudaFree (cudaFree synchronises "
-               "the device)");
-      return caf::none;
-    }
-    cudaMemPool_t pool = nullptr;
-    if (auto err = cuda_call("cudaDeviceGetDefaultMemPool",
-                             cudaDeviceGetDefaultMemPool(&pool, ordinal_)))
-      return err;
-    uint64_t keep_all = UINT64_MAX;
-    if (auto err =
-            cuda_call("cudaMemPoolSetAttribute",
-                      cudaMemPoolSetAttribute(
-                          pool, cudaMemPoolAttrReleaseThreshold, &keep_all)))
-      return err;
-    if (auto err = cuda_call(
-            "cudaStreamCreateWithFlags",
-            cudaStreamCreateWithFlags(&alloc_stream_, cudaStreamNonBlocking)))
-      return err;
-    pooled_ = true;
-    return caf::none;
-  }
-
-  /// One cudaMemcpyBatchAsync for the whole list. Every copy reads its source
-  /// in stream order (the source may be written by earlier work on the
-  /// stream, e.g. a D2H copy or an RDMA write the caller waited for).
-  caf::error batch_copy(const std::vector<raw_chunk>& chunks, cudaStream_t s) {
+  /// One batch copy call for the whole list. Every copy reads its source in
+  /// stream order (the source may be written by earlier work on the stream,
+  /// e.g. a D2H copy or an RDMA write the caller waited for).
+  static caf::error batch_copy(const std::vector<raw_chunk>& chunks,
+                               cudaStream_t s) {
 #if CUDART_VERSION >= 12080
     std::vector<void*> dsts;
     std::vector<const void*> srcs;
@@ -407,69 +524,136 @@ private:
 #endif
   }
 
-  /// Tries one real 8-byte batch copy host -> device -> host; none when the
-  /// batch API works, else why not.
-  caf::error probe_batched_copy() {
-    auto st = do_make_stream();
-    if (!st)
-      return std::move(st.error());
-    std::unique_ptr<cuda_stream> guard{static_cast<cuda_stream*>(*st)};
+  /// Whether dma-buf export works and RDMA writes can be ordered before
+  /// kernels, once per process and device; sets flush_remote_writes_.
+  caf::error probe_rdma() {
+    struct outcome {
+      caf::error err;
+      bool flush = false;
+    };
+    static std::mutex mtx;
+    static std::map<int, outcome> results;
+    std::lock_guard<std::mutex> guard{mtx};
+    auto i = results.find(ordinal_);
+    if (i == results.end()) {
+      outcome o;
+      auto flush = run_rdma_probe(ordinal_);
+      if (flush)
+        o.flush = *flush;
+      else
+        o.err = std::move(flush.error());
+      i = results.emplace(ordinal_, std::move(o)).first;
+    }
+    flush_remote_writes_ = i->second.flush;
+    return i->second.err;
+  }
+
+  /// The attributes say whether the driver claims dma-buf export and how
+  /// RDMA writes are ordered; a real export of a 2 MiB allocation says
+  /// whether the claim holds on this machine (a VM or a kernel without
+  /// dma-buf can refuse it). Returns whether RDMA writes need a flush.
+  static caf::expected<bool> run_rdma_probe(int ordinal) {
+    auto driver = cuda_driver::library::load();
+    if (!driver)
+      return std::move(driver.error());
+    if (auto err = (*driver)->dmabuf_supported(ordinal))
+      return err;
+    int ordering = 0;
+    if (auto err = cuda_call(
+            "cudaDeviceGetAttribute",
+            cudaDeviceGetAttribute(
+                &ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, ordinal)))
+      return err;
+    const bool flush_needed = ordering < cudaGPUDirectRDMAWritesOrderingOwner;
+    if (flush_needed) {
+      int flush = 0;
+      if (auto err = cuda_call(
+              "cudaDeviceGetAttribute",
+              cudaDeviceGetAttribute(
+                  &flush, cudaDevAttrGPUDirectRDMAFlushWritesOptions, ordinal)))
+        return err;
+      if ((flush & cudaFlushGPUDirectRDMAWritesOptionHost) == 0)
+        return caf::make_error(gpu_errc::unsupported,
+                               "the device neither orders GPUDirect RDMA "
+                               "writes nor supports "
+                               "cudaDeviceFlushGPUDirectRDMAWrites");
+    }
+    if (auto err = cuda_call("cudaSetDevice", cudaSetDevice(ordinal)))
+      return err;
+    constexpr size_t probe_bytes = size_t{2} << 20;
+    void* mem = nullptr;
+    if (auto err = cuda_call("cudaMalloc", cudaMalloc(&mem, probe_bytes)))
+      return err;
+    auto fd = (*driver)->export_dmabuf(mem, probe_bytes);
+    if (fd) {
+      dmabuf close_now{*fd, static_cast<std::byte*>(mem), probe_bytes};
+    } // the fd is closed before the memory goes
+    release_call("cudaFree", cudaFree(mem));
+    if (!fd)
+      return std::move(fd.error());
+    return flush_needed;
+  }
+
+  /// Tries one real 8-byte batch copy host -> device -> host, once per
+  /// process and device; none when the batch API works, else why not.
+  static caf::error batch_probe(int ordinal) {
+    static std::mutex mtx;
+    static std::map<int, caf::error> results;
+    std::lock_guard<std::mutex> guard{mtx};
+    auto i = results.find(ordinal);
+    if (i == results.end())
+      i = results.emplace(ordinal, run_batch_probe(ordinal)).first;
+    return i->second;
+  }
+
+  static caf::error run_batch_probe(int ordinal) {
+    if (auto err = cuda_call("cudaSetDevice", cudaSetDevice(ordinal)))
+      return err;
+    cuda_stream st;
+    if (auto err = cuda_call(
+            "cudaStreamCreateWithFlags",
+            cudaStreamCreateWithFlags(&st.handle, cudaStreamNonBlocking)))
+      return err;
+    void* hsum = nullptr;
+    if (auto err = cuda_call("cudaMallocHost", cudaMallocHost(&hsum, 8)))
+      return err;
+    st.host_sum = static_cast<unsigned long long*>(hsum);
     void* dev = nullptr;
     if (auto err = cuda_call("cudaMalloc", cudaMalloc(&dev, 8)))
       return err;
-    auto& slot = *guard->host_sum; // the stream's pinned 8 bytes
+    st.device_sum = static_cast<unsigned long long*>(dev);
+    auto& slot = *st.host_sum;
     slot = 0x0123456789ABCDEFull;
     const unsigned long long expected = slot;
     std::vector<raw_chunk> up{{reinterpret_cast<const std::byte*>(&slot),
                                static_cast<std::byte*>(dev), 8}};
     std::vector<raw_chunk> down{{static_cast<const std::byte*>(dev),
                                  reinterpret_cast<std::byte*>(&slot), 8}};
-    auto err = batch_copy(up, guard->handle);
+    auto err = batch_copy(up, st.handle);
     if (!err)
-      err = cuda_call("cudaStreamSynchronize",
-                      cudaStreamSynchronize(guard->handle));
+      err =
+          cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(st.handle));
     if (!err) {
       slot = 0;
-      err = batch_copy(down, guard->handle);
+      err = batch_copy(down, st.handle);
     }
     if (!err)
-      err = cuda_call("cudaStreamSynchronize",
-                      cudaStreamSynchronize(guard->handle));
+      err =
+          cuda_call("cudaStreamSynchronize", cudaStreamSynchronize(st.handle));
     if (!err && slot != expected)
       err = caf::make_error(gpu_errc::cuda_error,
                             "cudaMemcpyBatchAsync probe moved wrong bytes");
-    release_call("cudaFree", cudaFree(dev));
     return err;
   }
 
   int ordinal_;
   device_capabilities caps_;
-  /// Allocations are stream-ordered on alloc_stream_ (memory pools).
-  bool pooled_ = false;
-  cudaStream_t alloc_stream_ = nullptr;
+  /// GPUDirect RDMA writes need cudaDeviceFlushGPUDirectRDMAWrites before a
+  /// kernel may read them.
+  bool flush_remote_writes_ = false;
 };
 
 } // namespace
-
-caf::expected<int> probe_cuda() {
-  int count = 0;
-  auto rc = cudaGetDeviceCount(&count);
-  if (rc != cudaSuccess) {
-    // Consume the error so that later calls start clean.
-    release_call("cudaGetDeviceCount", rc);
-    auto err = cuda_call("cudaGetDeviceCount", rc);
-    if (err.code() != static_cast<uint8_t>(gpu_errc::no_device))
-      return caf::make_error(gpu_errc::no_device,
-                             "no CUDA device: cudaGetDeviceCount -> "
-                                 + std::string{cudaGetErrorName(rc)} + " ("
-                                 + cudaGetErrorString(rc) + ")");
-    return err;
-  }
-  if (count <= 0)
-    return caf::make_error(gpu_errc::no_device,
-                           "no CUDA device: cudaGetDeviceCount reports 0");
-  return count;
-}
 
 caf::expected<std::shared_ptr<device>>
 make_cuda_device(const device_options& opts) {

@@ -1,7 +1,10 @@
 #include "gpu/device.hpp"
 
+#include <algorithm>
 #include <mutex>
 #include <utility>
+
+#include <unistd.h>
 
 namespace dualpath::gpu {
 
@@ -35,6 +38,8 @@ std::string to_string(copy_method x) {
       return "per_chunk";
     case copy_method::batched:
       return "batched";
+    case copy_method::automatic:
+      return "automatic";
   }
   return "copy_method(" + std::to_string(static_cast<int>(x)) + ")";
 }
@@ -51,114 +56,83 @@ caf::expected<backend_choice> parse_backend_choice(const std::string& str) {
                              + "'");
 }
 
-// -- RAII handles -------------------------------------------------------------
-
-// Each handle releases through its owner; moving leaves the source empty.
-
-device_buffer::device_buffer(device_buffer&& other) noexcept
-    : owner_(std::move(other.owner_)),
-      data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {
+caf::expected<copy_method> resolve_copy_method(copy_method requested,
+                                               bool batch_available,
+                                               size_t chunks) {
+  switch (requested) {
+    case copy_method::per_chunk:
+      return copy_method::per_chunk;
+    case copy_method::batched:
+      if (!batch_available)
+        return caf::make_error(gpu_errc::unsupported,
+                               "batched copies not supported by this device");
+      return copy_method::batched;
+    case copy_method::automatic:
+      // One chunk is one call either way; the plain copy is the cheaper one.
+      return batch_available && chunks > 1 ? copy_method::batched
+                                           : copy_method::per_chunk;
+  }
+  return caf::make_error(gpu_errc::invalid_argument, "unknown copy method");
 }
 
-device_buffer& device_buffer::operator=(device_buffer&& other) noexcept {
+caf::expected<int> device_for_rank(uint32_t rank, int first,
+                                   const std::vector<uint32_t>& node_gpus,
+                                   int count) {
+  if (count <= 0)
+    return caf::make_error(gpu_errc::no_device, "no CUDA device to place "
+                                                "engine rank "
+                                                    + std::to_string(rank)
+                                                    + " on");
+  if (!node_gpus.empty()) {
+    if (rank >= node_gpus.size())
+      return caf::make_error(gpu_errc::invalid_argument,
+                             "engine rank " + std::to_string(rank)
+                                 + " has no entry in the node's gpus list ("
+                                 + std::to_string(node_gpus.size())
+                                 + " entries)");
+    auto g = node_gpus[rank];
+    if (g >= static_cast<uint32_t>(count))
+      return caf::make_error(gpu_errc::invalid_argument,
+                             "gpus lists device " + std::to_string(g)
+                                 + " for engine rank " + std::to_string(rank)
+                                 + ", but this machine has "
+                                 + std::to_string(count) + " CUDA device"
+                                 + (count == 1 ? "" : "s"));
+    return static_cast<int>(g);
+  }
+  if (first < 0 || first >= count)
+    return caf::make_error(
+        gpu_errc::invalid_argument,
+        "gpu.device = " + std::to_string(first) + ", but this machine has "
+            + std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s")
+            + " (ordinals 0.." + std::to_string(count - 1) + ")");
+  return static_cast<int>((static_cast<uint64_t>(first) + rank)
+                          % static_cast<uint64_t>(count));
+}
+
+std::string describe(const caf::error& err) {
+  const auto& ctx = err.context();
+  if (ctx.match_elements<std::string>())
+    return ctx.get_as<std::string>(0);
+  return caf::to_string(err);
+}
+
+// -- dma-buf ------------------------------------------------------------------
+
+dmabuf& dmabuf::operator=(dmabuf&& other) noexcept {
   if (this != &other) {
-    reset();
-    owner_ = std::move(other.owner_);
-    data_ = std::exchange(other.data_, nullptr);
+    if (fd_ >= 0)
+      ::close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    base_ = std::exchange(other.base_, nullptr);
     size_ = std::exchange(other.size_, 0);
   }
   return *this;
 }
 
-device_buffer::~device_buffer() {
-  reset();
-}
-
-void device_buffer::reset() {
-  if (data_ != nullptr && owner_ != nullptr)
-    owner_->release(*this);
-  data_ = nullptr;
-  size_ = 0;
-  owner_.reset();
-}
-
-pinned_host::pinned_host(pinned_host&& other) noexcept
-    : owner_(std::move(other.owner_)),
-      data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {
-}
-
-pinned_host& pinned_host::operator=(pinned_host&& other) noexcept {
-  if (this != &other) {
-    reset();
-    owner_ = std::move(other.owner_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
-}
-
-pinned_host::~pinned_host() {
-  reset();
-}
-
-void pinned_host::reset() {
-  if (data_ != nullptr && owner_ != nullptr)
-    owner_->do_unpin(data_);
-  data_ = nullptr;
-  size_ = 0;
-  owner_.reset();
-}
-
-stream::stream(stream&& other) noexcept
-    : owner_(std::move(other.owner_)),
-      handle_(std::exchange(other.handle_, nullptr)) {
-}
-
-stream& stream::operator=(stream&& other) noexcept {
-  if (this != &other) {
-    reset();
-    owner_ = std::move(other.owner_);
-    handle_ = std::exchange(other.handle_, nullptr);
-  }
-  return *this;
-}
-
-stream::~stream() {
-  reset();
-}
-
-void stream::reset() {
-  if (handle_ != nullptr && owner_ != nullptr)
-    owner_->do_destroy_stream(handle_);
-  handle_ = nullptr;
-  owner_.reset();
-}
-
-event::event(event&& other) noexcept
-    : owner_(std::move(other.owner_)),
-      handle_(std::exchange(other.handle_, nullptr)) {
-}
-
-event& event::operator=(event&& other) noexcept {
-  if (this != &other) {
-    reset();
-    owner_ = std::move(other.owner_);
-    handle_ = std::exchange(other.handle_, nullptr);
-  }
-  return *this;
-}
-
-event::~event() {
-  reset();
-}
-
-void event::reset() {
-  if (handle_ != nullptr && owner_ != nullptr)
-    owner_->do_destroy_event(handle_);
-  handle_ = nullptr;
-  owner_.reset();
+dmabuf::~dmabuf() {
+  if (fd_ >= 0)
+    ::close(fd_);
 }
 
 // -- device -------------------------------------------------------------------
@@ -167,13 +141,67 @@ struct device::accounting {
   mutable std::mutex mtx;
   uint64_t allocated = 0;
   uint64_t peak = 0;
+  device_stats stats;
+  /// The pool (empty for an unpooled device: every buffer is its own
+  /// backend allocation).
+  bool pooled = true;
+  uint64_t reserve = 0;
+  uint64_t grain = 0;
+  range_pool pool{256}; // cudaMalloc's alignment guarantee
 };
 
-device::device(uint64_t budget)
+device::device(uint64_t budget, const device_options& opts, bool pooled)
     : budget_(budget), accounting_(std::make_unique<accounting>()) {
+  accounting_->pooled = pooled;
+  accounting_->reserve = std::min(opts.pool_reserve, budget);
+  accounting_->grain = std::max<uint64_t>(opts.pool_grain, 1);
 }
 
 device::~device() = default;
+
+namespace {
+
+// Slabs are whole 2 MiB pages: GPU large pages, and page-aligned for a
+// dma-buf export of the slab.
+constexpr uint64_t slab_granule = uint64_t{2} << 20;
+
+uint64_t slab_round(uint64_t bytes) {
+  if (bytes > UINT64_MAX - (slab_granule - 1))
+    return 0;
+  return (bytes + slab_granule - 1) / slab_granule * slab_granule;
+}
+
+} // namespace
+
+caf::error device::reserve_pool() {
+  std::lock_guard<std::mutex> guard{accounting_->mtx};
+  auto& acc = *accounting_;
+  if (!acc.pooled || acc.reserve == 0 || !acc.pool.slabs().empty())
+    return caf::none;
+  auto bytes = slab_round(acc.reserve);
+  auto slab = do_allocate(bytes);
+  if (!slab)
+    return std::move(slab.error());
+  acc.pool.add_slab(*slab, bytes);
+  ++acc.stats.slabs;
+  return caf::none;
+}
+
+void device::release_pool() noexcept {
+  std::vector<pool_slab> slabs;
+  {
+    std::lock_guard<std::mutex> guard{accounting_->mtx};
+    slabs = accounting_->pool.slabs();
+    accounting_->pool = range_pool{256};
+  }
+  for (auto& s : slabs)
+    do_free(s.base, s.size);
+}
+
+void device::count_host_wait() {
+  std::lock_guard<std::mutex> guard{accounting_->mtx};
+  ++accounting_->stats.host_waits;
+}
 
 uint64_t device::bytes_allocated() const {
   std::lock_guard<std::mutex> guard{accounting_->mtx};
@@ -185,36 +213,132 @@ uint64_t device::peak_bytes_allocated() const {
   return accounting_->peak;
 }
 
+device_stats device::stats() const {
+  std::lock_guard<std::mutex> guard{accounting_->mtx};
+  return accounting_->stats;
+}
+
+std::vector<pool_slab> device::slabs() const {
+  std::lock_guard<std::mutex> guard{accounting_->mtx};
+  return accounting_->pool.slabs();
+}
+
 caf::expected<device_buffer> device::allocate(size_t bytes) {
   if (bytes == 0)
     return caf::make_error(gpu_errc::invalid_argument, "allocate: 0 bytes");
-  {
-    // Reserve first so that concurrent allocations cannot overshoot together.
-    std::lock_guard<std::mutex> guard{accounting_->mtx};
-    auto& acc = *accounting_;
-    if (bytes > budget_ || acc.allocated > budget_ - bytes)
-      return caf::make_error(gpu_errc::budget_exceeded,
-                             "allocate " + std::to_string(bytes) + " B with "
-                                 + std::to_string(acc.allocated) + " B of a "
-                                 + std::to_string(budget_)
-                                 + " B HBM budget in use");
-    acc.allocated += bytes;
-    if (acc.allocated > acc.peak)
-      acc.peak = acc.allocated;
+  std::lock_guard<std::mutex> guard{accounting_->mtx};
+  auto& acc = *accounting_;
+  if (bytes > budget_ || acc.allocated > budget_ - bytes)
+    return caf::make_error(gpu_errc::budget_exceeded,
+                           "allocate " + std::to_string(bytes) + " B with "
+                               + std::to_string(acc.allocated) + " B of a "
+                               + std::to_string(budget_)
+                               + " B HBM budget in use");
+  std::byte* ptr = nullptr;
+  if (!acc.pooled) {
+    auto got = do_allocate(bytes);
+    if (!got)
+      return std::move(got.error());
+    ptr = *got;
+  } else {
+    ptr = acc.pool.take(bytes);
+    if (ptr == nullptr) {
+      // Grow by one slab: at least the grain (within the budget left), at
+      // least this allocation. The backend is called with the lock held:
+      // growing is rare (engines reserve their pool up front) and keeps
+      // two threads from adding a slab each for one shortage.
+      uint64_t held = acc.pool.capacity();
+      uint64_t room = held < budget_ ? budget_ - held : 0;
+      uint64_t want = std::max<uint64_t>(acc.pool.rounded(bytes),
+                                         std::min(acc.grain, room));
+      auto slab_bytes = slab_round(want);
+      if (slab_bytes == 0)
+        return caf::make_error(gpu_errc::out_of_memory,
+                               "allocate " + std::to_string(bytes)
+                                   + " B: no slab that large");
+      auto slab = do_allocate(slab_bytes);
+      if (!slab)
+        return std::move(slab.error());
+      acc.pool.add_slab(*slab, slab_bytes);
+      ++acc.stats.slabs;
+      ptr = acc.pool.take(bytes);
+      if (ptr == nullptr) // cannot happen: the new slab is large enough
+        return caf::make_error(gpu_errc::out_of_memory,
+                               "allocate " + std::to_string(bytes)
+                                   + " B: the new slab has no room");
+    }
   }
-  auto ptr = do_allocate(bytes);
-  if (!ptr) {
-    std::lock_guard<std::mutex> guard{accounting_->mtx};
-    accounting_->allocated -= bytes;
-    return std::move(ptr.error());
-  }
-  return device_buffer{shared_from_this(), *ptr, bytes};
+  acc.allocated += bytes;
+  acc.peak = std::max(acc.peak, acc.allocated);
+  ++acc.stats.allocations;
+  if (!acc.pooled)
+    ++acc.stats.slabs;
+  return device_buffer{shared_from_this(), ptr, bytes};
 }
 
-void device::release(device_buffer& buf) noexcept {
-  do_free(buf.data_, buf.size_);
+void device::release_handle(handle_kind kind, void* ptr, size_t size) noexcept {
+  switch (kind) {
+    case handle_kind::buffer: {
+      std::lock_guard<std::mutex> guard{accounting_->mtx};
+      auto& acc = *accounting_;
+      if (acc.pooled)
+        acc.pool.give_back(static_cast<std::byte*>(ptr));
+      else
+        do_free(static_cast<std::byte*>(ptr), size);
+      acc.allocated -= size;
+      return;
+    }
+    case handle_kind::pinned:
+      do_unpin(static_cast<std::byte*>(ptr));
+      return;
+    case handle_kind::stream:
+      do_destroy_stream(ptr);
+      return;
+    case handle_kind::event:
+      do_destroy_event(ptr);
+      return;
+  }
+}
+
+caf::expected<pool_location> device::locate(const device_buffer& buf) const {
+  if (!buf.valid() || buf.owner() != this)
+    return caf::make_error(gpu_errc::invalid_handle,
+                           "locate: buffer is empty or belongs to another "
+                           "device");
   std::lock_guard<std::mutex> guard{accounting_->mtx};
-  accounting_->allocated -= buf.size_;
+  auto& pool = accounting_->pool;
+  auto slab = pool.slab_of(buf.data(), buf.size());
+  if (slab < 0)
+    return caf::make_error(gpu_errc::invalid_handle,
+                           "locate: buffer is not in a pool slab");
+  auto& s = pool.slabs()[static_cast<size_t>(slab)];
+  return pool_location{static_cast<size_t>(slab),
+                       static_cast<size_t>(buf.data() - s.base)};
+}
+
+caf::expected<dmabuf> device::export_dmabuf(size_t slab) {
+  if (!capabilities().dmabuf_export) {
+    auto why = capabilities().notes;
+    return caf::make_error(
+        gpu_errc::unsupported,
+        "export_dmabuf: " + capabilities().name + " cannot export dma-buf"
+            + (why.empty() ? std::string{} : " (" + why + ")"));
+  }
+  pool_slab s;
+  {
+    std::lock_guard<std::mutex> guard{accounting_->mtx};
+    auto& slabs = accounting_->pool.slabs();
+    if (slab >= slabs.size())
+      return caf::make_error(gpu_errc::out_of_bounds,
+                             "export_dmabuf: slab " + std::to_string(slab)
+                                 + " of " + std::to_string(slabs.size()));
+    s = slabs[slab];
+  }
+  return do_export_dmabuf(s.base, s.size);
+}
+
+caf::error device::order_remote_writes() {
+  return do_order_remote_writes();
 }
 
 caf::expected<pinned_host> device::pin(void* data, size_t bytes) {
@@ -231,14 +355,14 @@ caf::expected<stream> device::make_stream() {
   auto handle = do_make_stream();
   if (!handle)
     return std::move(handle.error());
-  return stream{shared_from_this(), *handle};
+  return stream{shared_from_this(), *handle, 0};
 }
 
 caf::expected<event> device::make_event() {
   auto handle = do_make_event();
   if (!handle)
     return std::move(handle.error());
-  return event{shared_from_this(), *handle};
+  return event{shared_from_this(), *handle, 0};
 }
 
 caf::error device::check_stream(const stream& s) const {
@@ -273,50 +397,74 @@ caf::error device::translate(const std::vector<copy_chunk>& chunks,
   return caf::none;
 }
 
-caf::error device::copy_h2d(const pinned_host& src, device_buffer& dst,
-                            const std::vector<copy_chunk>& chunks, stream& s,
-                            copy_method method) {
-  if (!src.valid() || src.owner() != this || !dst.valid()
-      || dst.owner() != this)
+caf::error device::check_copy(const char* what, bool handles_ok, stream& s,
+                              copy_method& method) const {
+  if (!handles_ok)
     return caf::make_error(gpu_errc::invalid_handle,
-                           "copy_h2d: registration or buffer is empty or "
-                           "belongs to another device");
+                           std::string{what}
+                               + ": registration or buffer is empty or "
+                                 "belongs to another device");
   if (auto err = check_stream(s))
     return err;
   if (method == copy_method::batched && !capabilities().batched_copy)
     return caf::make_error(gpu_errc::unsupported,
-                           "copy_h2d: batched copies not supported by "
+                           std::string{what}
+                               + ": batched copies not supported by "
                                + capabilities().name);
+  return caf::none;
+}
+
+caf::error device::submit_copy(direction dir,
+                               const std::vector<raw_chunk>& chunks, stream& s,
+                               copy_method method) {
+  if (chunks.empty())
+    return caf::none;
+  auto how =
+      resolve_copy_method(method, capabilities().batched_copy, chunks.size());
+  if (!how)
+    return std::move(how.error());
+  if (auto err = do_copy(dir, chunks, s.native(), *how))
+    return err;
+  std::lock_guard<std::mutex> guard{accounting_->mtx};
+  auto& st = accounting_->stats;
+  ++st.copy_lists;
+  if (*how == copy_method::batched) {
+    ++st.batched_lists;
+    ++st.copy_calls;
+  } else {
+    st.copy_calls += chunks.size();
+  }
+  return caf::none;
+}
+
+caf::error device::copy_h2d(const pinned_host& src, device_buffer& dst,
+                            const std::vector<copy_chunk>& chunks, stream& s,
+                            copy_method method) {
+  if (auto err = check_copy("copy_h2d",
+                            src.valid() && src.owner() == this && dst.valid()
+                                && dst.owner() == this,
+                            s, method))
+    return err;
   std::vector<raw_chunk> raw;
   if (auto err = translate(chunks, src.data(), src.size(), dst.data(),
                            dst.size(), raw))
     return err;
-  if (raw.empty())
-    return caf::none;
-  return do_copy(direction::h2d, raw, s.native(), method);
+  return submit_copy(direction::h2d, raw, s, method);
 }
 
 caf::error device::copy_d2h(const device_buffer& src, pinned_host& dst,
                             const std::vector<copy_chunk>& chunks, stream& s,
                             copy_method method) {
-  if (!src.valid() || src.owner() != this || !dst.valid()
-      || dst.owner() != this)
-    return caf::make_error(gpu_errc::invalid_handle,
-                           "copy_d2h: buffer or registration is empty or "
-                           "belongs to another device");
-  if (auto err = check_stream(s))
+  if (auto err = check_copy("copy_d2h",
+                            src.valid() && src.owner() == this && dst.valid()
+                                && dst.owner() == this,
+                            s, method))
     return err;
-  if (method == copy_method::batched && !capabilities().batched_copy)
-    return caf::make_error(gpu_errc::unsupported,
-                           "copy_d2h: batched copies not supported by "
-                               + capabilities().name);
   std::vector<raw_chunk> raw;
   if (auto err = translate(chunks, src.data(), src.size(), dst.data(),
                            dst.size(), raw))
     return err;
-  if (raw.empty())
-    return caf::none;
-  return do_copy(direction::d2h, raw, s.native(), method);
+  return submit_copy(direction::d2h, raw, s, method);
 }
 
 caf::error device::record(event& e, stream& s) {
@@ -339,13 +487,29 @@ caf::error device::synchronize(const event& e) {
   if (!e.valid() || e.owner() != this)
     return caf::make_error(gpu_errc::invalid_handle,
                            "event is empty or belongs to another device");
+  count_host_wait();
   return do_synchronize_event(e.native());
 }
 
 caf::error device::synchronize(stream& s) {
   if (auto err = check_stream(s))
     return err;
+  count_host_wait();
   return do_synchronize_stream(s.native());
+}
+
+caf::error device::notify(const event& e, stream& s,
+                          std::function<void()> done) {
+  if (!e.valid() || e.owner() != this)
+    return caf::make_error(gpu_errc::invalid_handle,
+                           "notify: event is empty or belongs to another "
+                           "device");
+  if (auto err = check_stream(s))
+    return err;
+  if (!done)
+    return caf::make_error(gpu_errc::invalid_argument,
+                           "notify: no function to call");
+  return do_notify(e.native(), s.native(), std::move(done));
 }
 
 caf::expected<uint64_t> device::checksum(const device_buffer& buf,
@@ -362,23 +526,57 @@ caf::expected<uint64_t> device::checksum(const device_buffer& buf,
                            "checksum of [" + std::to_string(offset) + ", +"
                                + std::to_string(length) + ") in a "
                                + std::to_string(buf.size()) + " B buffer");
+  count_host_wait();
   return do_checksum(buf.data() + offset, length, s.native());
 }
 
-// -- factory ------------------------------------------------------------------
-
-namespace {
-
-// The context string of an error made with caf::make_error(code, "text"),
-// else CAF's rendering.
-std::string describe(const caf::error& err) {
-  const auto& ctx = err.context();
-  if (ctx.match_elements<std::string>())
-    return ctx.get_as<std::string>(0);
-  return caf::to_string(err);
+caf::error device::enqueue_checksums(const device_buffer& buf,
+                                     const segment_grid& grid, pinned_host& out,
+                                     size_t out_offset, stream& s) {
+  if (!buf.valid() || buf.owner() != this || !out.valid()
+      || out.owner() != this)
+    return caf::make_error(gpu_errc::invalid_handle,
+                           "enqueue_checksums: buffer or registration is "
+                           "empty or belongs to another device");
+  if (auto err = check_stream(s))
+    return err;
+  const auto count = grid.count();
+  if (count == 0)
+    return caf::none;
+  // The last row's end, as subtractions: offset + (rows-1)*stride + bytes.
+  auto size = buf.size();
+  bool fits = grid.row_bytes <= size && grid.offset <= size - grid.row_bytes;
+  if (fits && grid.rows > 1) {
+    auto room = size - grid.row_bytes - grid.offset;
+    fits = grid.row_stride <= room / (grid.rows - 1);
+  }
+  if (!fits)
+    return caf::make_error(gpu_errc::out_of_bounds,
+                           "enqueue_checksums: " + std::to_string(grid.rows)
+                               + " rows of " + std::to_string(grid.row_bytes)
+                               + " B every " + std::to_string(grid.row_stride)
+                               + " B from " + std::to_string(grid.offset)
+                               + " exceed a " + std::to_string(size)
+                               + " B buffer");
+  if (count > SIZE_MAX / sizeof(uint64_t) || out_offset > out.size()
+      || count * sizeof(uint64_t) > out.size() - out_offset)
+    return caf::make_error(gpu_errc::out_of_bounds,
+                           "enqueue_checksums: " + std::to_string(count)
+                               + " results do not fit "
+                               + std::to_string(out.size()) + " B at "
+                               + std::to_string(out_offset));
+  if (out_offset % alignof(uint64_t) != 0
+      || reinterpret_cast<uintptr_t>(out.data()) % alignof(uint64_t) != 0)
+    return caf::make_error(gpu_errc::invalid_argument,
+                           "enqueue_checksums: results must be 8-byte "
+                           "aligned");
+  raw_grid raw{buf.data() + grid.offset, grid.rows, grid.row_stride,
+               grid.row_bytes, grid.segment_bytes};
+  return do_enqueue_checksums(
+      raw, reinterpret_cast<uint64_t*>(out.data() + out_offset), s.native());
 }
 
-} // namespace
+// -- factory ------------------------------------------------------------------
 
 #if !DUALPATH_HAVE_CUDA
 // Built without nvcc: gpu/cuda_*.cpp are not compiled, the cuda backend is
@@ -417,18 +615,24 @@ caf::expected<device_selection> make_device(const device_options& opts) {
     case backend_choice::automatic:
       break;
   }
+  // auto: cuda where a device can be used; host where none exists or the
+  // driver cannot run this binary's CUDA runtime (said in the reason). A
+  // device that exists but fails otherwise (a bad ordinal, no memory) is an
+  // error: falling back would hide it.
   std::string why_not_cuda;
   if (auto count = probe_cuda()) {
     auto dev = make_cuda_device(opts);
-    if (dev) {
-      auto reason = prefix + summary(**dev) + ", device "
-                    + std::to_string(opts.cuda_device) + " of "
-                    + std::to_string(*count);
-      return device_selection{std::move(*dev), std::move(reason)};
-    }
-    why_not_cuda = describe(dev.error());
-  } else {
+    if (!dev)
+      return std::move(dev.error());
+    auto reason = prefix + summary(**dev) + ", device "
+                  + std::to_string(opts.cuda_device) + " of "
+                  + std::to_string(*count);
+    return device_selection{std::move(*dev), std::move(reason)};
+  } else if (count.error() == gpu_errc::no_device
+             || count.error() == gpu_errc::driver_too_old) {
     why_not_cuda = describe(count.error());
+  } else {
+    return std::move(count.error());
   }
   auto dev = make_host_device(opts);
   if (!dev)

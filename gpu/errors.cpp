@@ -12,6 +12,8 @@ std::string to_string(gpu_errc x) {
       return "none";
     case gpu_errc::no_device:
       return "no_device";
+    case gpu_errc::driver_too_old:
+      return "driver_too_old";
     case gpu_errc::budget_exceeded:
       return "budget_exceeded";
     case gpu_errc::out_of_memory:
@@ -28,6 +30,8 @@ std::string to_string(gpu_errc x) {
       return "cuda_error";
     case gpu_errc::system_error:
       return "system_error";
+    case gpu_errc::driver_error:
+      return "driver_error";
   }
   return "gpu_errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

@@ -39,6 +39,13 @@ enum class gpu_errc : uint8_t {
   cuda_error,
   /// A host system call failed; the context names the call and errno.
   system_error,
+  /// A CUDA driver API call (loaded with dlopen) failed; the context names
+  /// the call and the driver's error name.
+  driver_error,
+  /// A CUDA driver is present but older than the CUDA runtime the binary
+  /// was built with (a device exists, it cannot be used); the context names
+  /// both versions.
+  driver_too_old,
 };
 
 std::string to_string(gpu_errc x);

@@ -1,13 +1,18 @@
 // The host backend of gpu::device: host memory standing in for HBM where no
-// GPU exists. Allocations are 256-byte aligned host memory counted against the
-// HBM budget (the budget is the point: engines see the same refusals as on a
-// GPU); pin() only records the range; each stream is a worker thread that runs
+// GPU exists. Pool slabs are 256-byte aligned host memory (pages are touched
+// only when bytes land there); allocations are counted against the HBM budget
+// (the budget is the point: engines see the same refusals as on a GPU); pin()
+// only records the range; each stream is a worker thread that runs
 // its copies (memcpy) and checksums in submission order, so copies complete
 // asynchronously and events complete when the worker reaches them, as on a
-// CUDA stream. An unbacked host device (device_options::backed = false)
-// only counts: its buffers all point at one PROT_NONE page, so a stray access
-// faults instead of corrupting memory, and copies and checksums fail.
+// CUDA stream; notify() runs its function on the stream's worker, and
+// checksums are computed there too. An unbacked host device
+// (device_options::backed = false) only counts: its buffers all point at one
+// PROT_NONE page, so a stray access faults instead of corrupting memory, and
+// copies and checksums fail.
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -98,18 +103,27 @@ using host_event = std::shared_ptr<host_event_state>;
 
 class host_device final : public device {
 public:
-  host_device(uint64_t budget, std::byte* guard)
-      : device(budget), guard_(guard) {
+  host_device(uint64_t budget, std::byte* guard, const device_options& opts)
+      : device(budget, opts, guard == nullptr), guard_(guard) {
     caps_.kind = backend_kind::host;
     caps_.name = guard_ ? "host accounting (no memory)" : "host memory";
     caps_.real_device = false;
     caps_.host_addressable = guard_ == nullptr;
-    caps_.batched_copy = true;
+    caps_.batched_copy = opts.batch_copy == batch_copy_use::probe;
     caps_.device_checksum = false;
     caps_.total_memory = budget;
   }
 
+  static caf::expected<std::shared_ptr<device>>
+  create(uint64_t budget, std::byte* guard, const device_options& opts) {
+    auto dev = std::make_shared<host_device>(budget, guard, opts);
+    if (auto err = dev->reserve_pool())
+      return err;
+    return std::shared_ptr<device>{std::move(dev)};
+  }
+
   ~host_device() override {
+    release_pool();
     if (guard_ != nullptr)
       munmap(guard_, static_cast<size_t>(sysconf(_SC_PAGESIZE)));
   }
@@ -217,6 +231,60 @@ protected:
     return caf::none;
   }
 
+  caf::error do_notify(void* event_handle, void* stream_handle,
+                       std::function<void()> done) override {
+    // Like cudaStreamWaitEvent + cudaLaunchHostFunc: the stream's worker
+    // waits for the event's current mark, then calls `done`.
+    auto state = *static_cast<host_event*>(event_handle);
+    uint64_t target = 0;
+    {
+      std::lock_guard<std::mutex> guard{state->mtx};
+      target = state->recorded;
+    }
+    static_cast<host_stream*>(stream_handle)
+        ->submit([state, target, done = std::move(done)] {
+          {
+            std::unique_lock<std::mutex> guard{state->mtx};
+            state->cv.wait(guard, [&] { return state->done >= target; });
+          }
+          done();
+        });
+    return caf::none;
+  }
+
+  caf::error do_enqueue_checksums(const raw_grid& grid, uint64_t* out,
+                                  void* stream_handle) override {
+    if (guard_ != nullptr)
+      return unbacked("checksum");
+    static_cast<host_stream*>(stream_handle)->submit([grid, out] {
+      const size_t per_row =
+          (grid.row_bytes + grid.segment_bytes - 1) / grid.segment_bytes;
+      for (size_t r = 0; r < grid.rows; ++r) {
+        const std::byte* row = grid.base + r * grid.row_stride;
+        for (size_t k = 0; k < per_row; ++k) {
+          size_t first = k * grid.segment_bytes;
+          size_t len = std::min(grid.segment_bytes, grid.row_bytes - first);
+          out[r * per_row + k] = block_checksum(row + first, len);
+        }
+      }
+    });
+    return caf::none;
+  }
+
+  caf::expected<dmabuf> do_export_dmabuf(std::byte*, size_t) override {
+    return caf::make_error(gpu_errc::unsupported,
+                           "host memory is registered as host memory, not "
+                           "exported as dma-buf");
+  }
+
+  caf::error do_order_remote_writes() override {
+    // Host memory: a remote write whose completion was observed is visible
+    // to this thread once the completion's synchronisation happened; the
+    // fence keeps the compiler from moving later reads before this call.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    return caf::none;
+  }
+
   caf::expected<uint64_t> do_checksum(const std::byte* data, size_t length,
                                       void* stream_handle) override {
     if (guard_ != nullptr)
@@ -260,8 +328,7 @@ make_host_device(const device_options& opts) {
                              "failed");
     guard = static_cast<std::byte*>(p);
   }
-  return std::shared_ptr<device>{
-      std::make_shared<host_device>(opts.hbm_budget, guard)};
+  return host_device::create(opts.hbm_budget, guard, opts);
 }
 
 } // namespace dualpath::gpu

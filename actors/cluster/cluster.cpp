@@ -64,12 +64,88 @@ caf::expected<gpu::efficiency_curve> parse_curve(const std::string& text) {
   return c;
 }
 
+// The device of engine `id` and its CUDA ordinal (-1: host). A modeled data
+// plane copies nothing: HBM is only counted. Otherwise the engine's whole
+// budget is reserved as one pool slab at once (one region to register for
+// RDMA; a machine without the memory fails here, not mid-run).
+caf::expected<std::pair<std::shared_ptr<gpu::device>, int>>
+engine_device(const cluster_spec& spec, const engine_id& id,
+              const std::vector<uint32_t>& node_gpus) {
+  gpu::device_options dopts;
+  dopts.backend = gpu::backend_choice::host;
+  dopts.hbm_budget = std::max<uint64_t>(
+      real_bytes(hbm_kv_bytes(spec, id.role), spec.byte_scale), 1);
+  dopts.backed = spec.plane == data_plane::real;
+  int ordinal = -1;
+  if (spec.plane == data_plane::real) {
+    dopts.pool_reserve = dopts.hbm_budget;
+    if (spec.gpus.kind == gpu::backend_kind::cuda) {
+      auto placed = gpu::device_for_rank(id.rank, spec.gpus.first, node_gpus,
+                                         spec.gpus.devices);
+      if (!placed)
+        return bad_config("engine " + id.node + "/" + std::to_string(id.rank)
+                          + ": " + gpu::describe(placed.error()));
+      ordinal = *placed;
+      dopts.backend = gpu::backend_choice::cuda;
+      dopts.cuda_device = ordinal;
+    }
+  }
+  auto dev = dopts.backend == gpu::backend_choice::cuda
+                 ? gpu::make_cuda_device(dopts)
+                 : gpu::make_host_device(dopts);
+  if (!dev) {
+    auto& err = dev.error();
+    auto what = "engine " + id.node + "/" + std::to_string(id.rank)
+                + (ordinal >= 0 ? " on CUDA device " + std::to_string(ordinal)
+                                : std::string{" (host memory)"})
+                + ": " + std::to_string(dopts.hbm_budget)
+                + " B of HBM: " + gpu::describe(err);
+    if (err.category() == caf::atom("dp_gpu"))
+      return caf::make_error(static_cast<gpu::gpu_errc>(err.code()),
+                             std::move(what));
+    return caf::make_error(caf::sec::runtime_error, std::move(what));
+  }
+  return std::make_pair(std::move(*dev), ordinal);
+}
+
 // Gb/s (network, decimal) to bytes/s.
 uint64_t gbps_to_bytes(double gbps) {
   return static_cast<uint64_t>(gbps * 1e9 / 8);
 }
 
 } // namespace
+
+caf::expected<gpu_plan> plan_gpus(const config::settings& cfg) {
+  auto choice = gpu::parse_backend_choice(cfg.string("gpu.backend"));
+  if (!choice)
+    return bad_config(gpu::describe(choice.error()));
+  gpu_plan plan;
+  plan.first = static_cast<int>(cfg.integer("gpu.device"));
+  const auto key = "gpu.backend=" + gpu::to_string(*choice);
+  if (*choice == gpu::backend_choice::host) {
+    plan.reason = key + ": host memory stands in for HBM, as configured";
+    return plan;
+  }
+  auto count = gpu::probe_cuda();
+  if (!count) {
+    auto why = gpu::describe(count.error());
+    if (*choice == gpu::backend_choice::cuda)
+      return bad_config("gpu.backend = cuda: " + why);
+    plan.reason = key + ": host memory stands in for HBM, because " + why;
+    return plan;
+  }
+  if (plan.first >= *count)
+    return bad_config("gpu.device = " + std::to_string(plan.first)
+                      + ", but this machine has " + std::to_string(*count)
+                      + " CUDA device" + (*count == 1 ? "" : "s")
+                      + " (ordinals 0.." + std::to_string(*count - 1) + ")");
+  plan.kind = gpu::backend_kind::cuda;
+  plan.devices = *count;
+  plan.reason = key + ": engine KV in CUDA device memory, "
+                + std::to_string(*count) + " device" + (*count == 1 ? "" : "s")
+                + " present";
+  return plan;
+}
 
 uint64_t kv_bytes_per_token(const gpu::model_shape& m) {
   return m.kv_bytes_per_token_layer * m.layers;
@@ -483,27 +559,38 @@ engine_config engine_config_for(const cluster_spec& spec, const node_ptr& node,
   ec.scheduler = caf::actor_cast<caf::actor>(scheduler);
   ec.hooks = spec.hooks;
   ec.observer = spec.observer;
+  ec.notice = spec.notice;
   return ec;
 }
 
 caf::expected<caf::actor>
 spawn_node_engine(caf::actor_system& sys, const cluster_spec& spec,
                   const node_ptr& node, uint32_t group,
-                  const emulated_time& time,
-                  const scheduler_actor& scheduler) {
+                  const emulated_time& time, const scheduler_actor& scheduler,
+                  const std::vector<uint32_t>& node_gpus) {
   auto ec = engine_config_for(spec, node, group, time, scheduler);
+  std::string placed; // "0 -> 0, 1 -> 1" (rank -> CUDA device)
+  std::string device_name;
   for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
-    gpu::device_options dopts;
-    dopts.backend = gpu::backend_choice::host;
-    // A modeled data plane copies nothing: HBM is only counted.
-    dopts.backed = spec.plane == data_plane::real;
-    dopts.hbm_budget =
-        std::max<uint64_t>(real_bytes(ec.hbm_kv_bytes, spec.byte_scale), 1);
-    auto dev = gpu::make_host_device(dopts);
+    auto dev = engine_device(spec, ec.id_of(g), node_gpus);
     if (!dev)
       return dev.error();
-    ec.devices.push_back(*dev);
+    if (spec.gpus.kind == gpu::backend_kind::cuda
+        && spec.plane == data_plane::real) {
+      placed += (placed.empty() ? "" : ", ") + std::to_string(g) + " -> "
+                + std::to_string(dev->second);
+      device_name = dev->first->capabilities().name;
+    }
+    ec.devices.push_back(std::move(dev->first));
   }
+  if (!placed.empty() && spec.notice)
+    spec.notice(
+        (node_gpus.empty() ? std::string{} : "node " + node->name + ": ")
+        + "engine rank -> CUDA device: " + placed + " (" + device_name
+        + (node_gpus.empty() ? ", device = (gpu.device + rank) mod "
+                                   + std::to_string(spec.gpus.devices)
+                             : std::string{", the node's gpus list"})
+        + ")");
   caf::actor hdl;
   if (node->role == engine_role::prefill)
     hdl = caf::actor_cast<caf::actor>(spawn_prefill_engine(sys, ec));

@@ -1,8 +1,9 @@
 // An emulated cluster inside one process: P prefill nodes and D decode nodes,
 // each with its own storage NIC, DRAM and compute NICs (paced links), storage
 // reader and DRAM buffer pool, bulk transport endpoint (local backend on a
-// shared in-process fabric) and one engine per GPU (host device standing in
-// for HBM), plus the global scheduler. All nodes share one real block store.
+// shared in-process fabric) and one engine per node driving its GPUs (each a
+// CUDA device where the GPU plan has one, else host memory standing in for
+// HBM), plus the global scheduler. All nodes share one real block store.
 //
 // The same actors run across processes (`dualpath node`); this builder is
 // the single-process assembly used by `dualpath run` and the tests.
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +33,7 @@
 #include "actors/protocol/scheduler_actor.hpp"
 #include "config/settings.hpp"
 #include "gpu/compute_model.hpp"
+#include "gpu/device.hpp"
 #include "scheduler/policy.hpp"
 
 namespace dualpath::transport::storage {
@@ -46,6 +49,28 @@ enum class data_plane : uint8_t {
   real = 0,
   modeled = 1,
 };
+
+/// The GPUs a process's engines use, decided once (plan_gpus()).
+struct gpu_plan {
+  /// host: host memory stands in for HBM; cuda: every engine rank on a CUDA
+  /// device (gpu::device_for_rank), its KV layers in device memory.
+  gpu::backend_kind kind = gpu::backend_kind::host;
+  /// CUDA devices present (cuda only).
+  int devices = 0;
+  /// `gpu.device`: the device of engine rank 0 where a node lists no gpus.
+  int first = 0;
+  /// The choice and why, for the operator, e.g. "gpu.backend=auto: host
+  /// memory stands in for HBM, because no CUDA device: no CUDA driver
+  /// (...)".
+  std::string reason;
+};
+
+/// Reads `gpu.backend` and `gpu.device` and probes CUDA (once per process):
+/// `cuda` without a usable device, or a gpu.device the machine lacks, is bad
+/// input (caf::sec::invalid_argument) naming the key and what is missing;
+/// `auto` falls back to host memory where no device can be used and says
+/// why. Only a real data plane needs one (`dualpath sim` counts HBM only).
+caf::expected<gpu_plan> plan_gpus(const config::settings& cfg);
 
 /// Everything the cluster is built from (derived from the configuration).
 struct cluster_spec {
@@ -92,6 +117,13 @@ struct cluster_spec {
   observe::hooks_ptr hooks;
   observer_actor observer;
   data_plane plane = data_plane::real;
+  /// Where the engines' KV lives on a real data plane (plan_gpus(); the
+  /// default is host memory).
+  gpu_plan gpus;
+  /// Lines for the operator (the rank -> device map, GPU memory staged
+  /// through host memory for RDMA); the sink prints each distinct line once.
+  /// Null: none.
+  std::function<void(const std::string&)> notice;
   /// Model layers the engines take as one step (`sim.layers_per_step`,
   /// coarsen()); applied on a modeled data plane only.
   uint32_t layers_per_step = 1;
@@ -162,11 +194,16 @@ engine_config engine_config_for(const cluster_spec& spec, const node_ptr& node,
 
 /// Spawns the engine of one node (it drives every GPU of the node) and
 /// enrolls each of its GPUs with `scheduler` (a local or remote handle).
-/// `group` is the node's group index within its role.
+/// `group` is the node's group index within its role. Each GPU gets its own
+/// device (HBM budget real_bytes(hbm_kv_bytes), reserved as one pool slab):
+/// on a CUDA plan, rank r runs on device `node_gpus[r]` (the cluster file's
+/// gpus list) or (gpus.first + r) mod gpus.devices, stated through
+/// spec.notice.
 caf::expected<caf::actor>
 spawn_node_engine(caf::actor_system& sys, const cluster_spec& spec,
                   const node_ptr& node, uint32_t group,
-                  const emulated_time& time, const scheduler_actor& scheduler);
+                  const emulated_time& time, const scheduler_actor& scheduler,
+                  const std::vector<uint32_t>& node_gpus = {});
 
 class embedded_cluster {
 public:

@@ -4,11 +4,13 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 
+#include "actors/cluster/bounds.hpp"
 #include "actors/cluster/cluster.hpp"
 #include "actors/cluster/observe_session.hpp"
 #include "actors/cluster/replay.hpp"
@@ -90,7 +92,14 @@ struct run_config : caf::actor_system_config {
           caf::timespan{std::chrono::milliseconds(
               cfg.integer("caf.profiling_resolution_ms"))});
     }
+    // CAF's own options (its config file, --scheduler.* and the like) over
+    // the caf.* keys; load() has checked them.
+    caf_error = config::apply(*this, cfg.caf());
+    if (simulate) // the deterministic scheduler, whatever CAF was told
+      set("scheduler.policy", caf::atom("testing"));
   }
+
+  caf::error caf_error;
 };
 
 // Samples every node's storage-NIC bytes while a mode runs.
@@ -220,6 +229,20 @@ parse_variants(const std::string& text) {
   return out;
 }
 
+workload::generator_params generator_params_from(const config::settings& cfg) {
+  workload::generator_params p;
+  p.turns = static_cast<uint32_t>(cfg.integer("workload.turns"));
+  p.append_tokens =
+      static_cast<uint32_t>(cfg.integer("workload.append_tokens"));
+  p.gen_tokens = static_cast<uint32_t>(cfg.integer("workload.gen_tokens"));
+  p.context_tokens =
+      static_cast<uint64_t>(cfg.integer("workload.context_tokens"));
+  p.max_len = static_cast<uint64_t>(cfg.integer("workload.max_len"));
+  p.agents = static_cast<uint32_t>(cfg.integer("workload.agents"));
+  p.seed = static_cast<uint64_t>(cfg.integer("workload.seed"));
+  return p;
+}
+
 caf::expected<workload::trace> job_trace(const config::settings& cfg,
                                          const job_options& opts) {
   auto max_len = static_cast<uint64_t>(cfg.integer("workload.max_len"));
@@ -230,26 +253,25 @@ caf::expected<workload::trace> job_trace(const config::settings& cfg,
       return loaded.error();
     full = std::move(*loaded);
   } else {
-    workload::generator_params p;
-    p.turns = static_cast<uint32_t>(cfg.integer("workload.turns"));
-    p.append_tokens =
-        static_cast<uint32_t>(cfg.integer("workload.append_tokens"));
-    p.gen_tokens = static_cast<uint32_t>(cfg.integer("workload.gen_tokens"));
-    p.context_tokens =
-        static_cast<uint64_t>(cfg.integer("workload.context_tokens"));
-    p.max_len = max_len;
-    p.agents = static_cast<uint32_t>(cfg.integer("workload.agents"));
-    p.seed = static_cast<uint64_t>(cfg.integer("workload.seed"));
-    auto gen = workload::generate(p);
+    auto gen = workload::generate(generator_params_from(cfg));
     if (!gen)
       return gen.error();
     full = std::move(*gen);
   }
-  if (opts.turns == 0)
-    return job_error("run.turns must be at least 1");
+  workload::trace out;
+  // turns = 0, whole trajectories: every turn from the first. Nothing is
+  // history except what a trace file states itself (its `history` field,
+  // kept as loaded): those turns are in storage by the file's own account.
+  if (opts.turns == 0) {
+    for (auto& t : full)
+      if (t.turns.size() > t.history_turns)
+        out.push_back(std::move(t));
+    if (out.empty())
+      return job_error("the trace has no turn to replay");
+    return out;
+  }
   // Each trajectory replays `turns` turns from the middle of its own length;
   // what comes before is history that the store holds when replay starts.
-  workload::trace out;
   for (auto& t : full) {
     if (t.turns.empty())
       continue;
@@ -285,6 +307,34 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   auto spec0 = spec_from(cfg, load_mode::dualpath);
   if (!spec0)
     return spec0.error();
+  result.bounds = trace_bounds(*trace, *spec0);
+  // Each distinct operator line once per job (from any thread: engines
+  // report host staging when they start).
+  auto notices =
+      std::make_shared<std::pair<std::mutex, std::set<std::string>>>();
+  auto notice = [notices, &result,
+                 sink = opts.notice](const std::string& line) {
+    // Under the lock: lines arrive from several threads and go to one
+    // stream.
+    std::lock_guard<std::mutex> guard{notices->first};
+    if (!notices->second.insert(line).second)
+      return;
+    result.notices.push_back(line);
+    if (sink)
+      sink(line);
+  };
+  // The GPUs, decided before the store is populated: a `gpu.backend = cuda`
+  // without a device fails at once. A simulation moves no byte: host
+  // memory, counted only.
+  if (opts.simulate) {
+    result.gpus.reason = "dualpath sim: HBM is counted, not allocated";
+  } else {
+    auto plan = plan_gpus(cfg);
+    if (!plan)
+      return plan.error();
+    result.gpus = *plan;
+    notice(plan->reason);
+  }
   result.byte_scale = spec0->byte_scale;
   result.time_scale = spec0->time_scale;
   scratch_dir dir;
@@ -370,6 +420,8 @@ caf::expected<job_result> run_job(const config::settings& cfg,
   // -- the modes
   // ----------------------------------------------------------------
   run_config sys_cfg{cfg, opts.simulate};
+  if (sys_cfg.caf_error)
+    return std::move(sys_cfg.caf_error);
   caf::actor_system sys{sys_cfg};
   // Simulated time: actors that are still stopping (e.g. linked helpers of
   // the engines) need this thread to run their last jobs before the system
@@ -399,6 +451,9 @@ caf::expected<job_result> run_job(const config::settings& cfg,
       return spec.error();
     if (opts.simulate)
       spec->plane = data_plane::modeled;
+    else
+      spec->gpus = result.gpus;
+    spec->notice = notice;
     auto store = open_store(variant.name);
     if (!store)
       return store.error();
@@ -414,9 +469,10 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     auto cluster = embedded_cluster::make(sys, *spec, *store);
     if (cluster && hooks)
       hooks->bind((*cluster)->time());
-    auto watch =
-        cluster ? (*observation)->watch((*cluster)->nodes(), spec->byte_scale)
-                : nullptr;
+    auto watch = cluster ? (*observation)
+                               ->watch((*cluster)->nodes(), spec->byte_scale,
+                                       variant.name)
+                         : nullptr;
     if (!cluster)
       return cluster.error();
     auto setup_s = std::chrono::duration<double>(
@@ -468,6 +524,7 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     id_base += outcome->records.size();
     auto report =
         summarize(variant.name, *outcome, (*cluster)->snic_usage_now(), slo{});
+    set_bound(report, bound_for(result.bounds, mode));
     for (auto& rec : outcome->records)
       if (rec.result.verify_failures > 0)
         result.failures.push_back(verify_failure{variant.name, rec.result.id,

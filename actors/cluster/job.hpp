@@ -5,10 +5,12 @@
 //
 // Replay window: each trajectory replays `turns` turns starting at half of
 // its own length; the earlier turns are history whose KV is written into the
-// store before the mode runs. Each mode gets a store of its own (blocks one
-// mode persists would be extra hits for the next), and a request's result is
-// reported only after its blocks are durable, so a later turn of the same
-// agent sees them.
+// store before the mode runs. turns = 0 replays whole trajectories: every
+// turn from the first, with no history (a trace file's own `history` turns
+// excepted: they are in storage by the file's statement). Each mode gets a
+// store of its own (blocks one mode persists would be extra hits for the next),
+// and a request's result is reported only after its blocks are durable, so a
+// later turn of the same agent sees them.
 //
 // Thread safety: run_job blocks its caller; it owns the actor system it runs.
 #pragma once
@@ -22,9 +24,11 @@
 
 #include <caf/expected.hpp>
 
+#include "actors/cluster/cluster.hpp"
 #include "actors/cluster/report.hpp"
 #include "actors/engines/engine_context.hpp"
 #include "config/settings.hpp"
+#include "scheduler/workload/generator.hpp"
 #include "scheduler/workload/trajectory.hpp"
 
 namespace dualpath::actors::cluster {
@@ -48,7 +52,8 @@ struct job_options {
   std::vector<run_variant> modes{{"basic", load_mode::basic, false},
                                  {"dualpath", load_mode::dualpath, false},
                                  {"oracle", load_mode::oracle, false}};
-  /// Turns replayed per trajectory.
+  /// Turns replayed per trajectory from its middle; 0 = every turn from the
+  /// first (whole trajectories; see the file comment).
   uint32_t turns = 2;
   /// Agents per emulated second (online); 0 = offline.
   double aps = 0;
@@ -60,6 +65,11 @@ struct job_options {
   std::chrono::seconds wall_limit{600};
   /// (mode, requests done, requests total), from an actor thread.
   std::function<void(const std::string&, uint64_t, uint64_t)> progress;
+  /// Lines for the operator, each distinct one passed once per job, from
+  /// any thread: the GPU plan (backend and why), the rank -> device map,
+  /// GPU memory staged through host memory for RDMA. Null: collected in
+  /// job_result::notices only.
+  std::function<void(const std::string&)> notice;
   /// Period (wall) of the storage-NIC utilisation samples for timelines.
   std::chrono::milliseconds sample_period{100};
   /// Simulation (`dualpath sim`): the actor system runs in simulated time
@@ -118,6 +128,10 @@ struct sim_mode_stats {
 
 struct job_result {
   std::vector<mode_report> modes;
+  /// Where the engines' KV lived (`dualpath sim`: host, counted only).
+  gpu_plan gpus;
+  /// Every distinct job_options::notice line, in order.
+  std::vector<std::string> notices;
   std::vector<sim_mode_stats> sim; ///< Per mode, simulations only.
   std::vector<mode_timeline> timelines;
   std::vector<verify_failure> failures;
@@ -126,11 +140,17 @@ struct job_result {
   uint64_t populated_blocks = 0;
   double mean_prompt_tokens = 0;
   double mean_hit_share = 0; ///< History tokens / prompt tokens, first turn.
+  /// Fluid bounds of the replayed trace on the cluster (bounds.hpp).
+  fluid_bounds bounds;
   uint32_t byte_scale = 1;
   double time_scale = 1;
   double populate_s = 0; ///< Wall seconds spent pre-populating the store.
   double wall_s = 0;
 };
+
+/// The generator's parameters from the workload.* keys.
+scheduler::workload::generator_params
+generator_params_from(const config::settings& cfg);
 
 /// The trace the job replays (generated from workload.* or loaded), with the
 /// replay window applied.

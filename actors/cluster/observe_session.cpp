@@ -20,10 +20,12 @@ namespace {
 class recorder : public cluster_hooks {
 public:
   recorder(std::shared_ptr<observe::metrics_registry> metrics,
-           std::shared_ptr<timeline> spans, observer_hub_actor hub)
+           std::shared_ptr<timeline> spans, observer_hub_actor hub,
+           std::string mode)
       : metrics_(std::move(metrics)),
         spans_(std::move(spans)),
-        hub_(std::move(hub)) {
+        hub_(std::move(hub)),
+        mode_(std::move(mode)) {
     // nop
   }
 
@@ -51,17 +53,17 @@ public:
 
   void count(const std::string& name, const label_set& labels,
              double delta) override {
-    metrics_->add(name, labels, delta);
+    metrics_->add(name, with_mode(labels), delta);
   }
 
   void gauge(const std::string& name, const label_set& labels,
              double value) override {
-    metrics_->set(name, labels, value);
+    metrics_->set(name, with_mode(labels), value);
   }
 
   void observe(const std::string& name, const label_set& labels,
                double value) override {
-    metrics_->observe(name, labels, value);
+    metrics_->observe(name, with_mode(labels), value);
   }
 
   void event(const std::string& source, const std::string& kind,
@@ -79,10 +81,20 @@ public:
   }
 
 private:
+  // Every series of a cluster names its mode: one process runs several.
+  label_set with_mode(const label_set& labels) const {
+    label_set out;
+    out.reserve(labels.size() + 1);
+    out.emplace_back("mode", mode_);
+    out.insert(out.end(), labels.begin(), labels.end());
+    return out;
+  }
+
   std::shared_ptr<observe::metrics_registry> metrics_;
   std::shared_ptr<timeline> spans_;
   emulated_time time_;
   observe::observer_hub_actor hub_;
+  std::string mode_;
 };
 
 // Removes its collector after a last collection.
@@ -108,7 +120,7 @@ observe_options observe_options_from(const config::settings& cfg) {
 }
 
 observe_session::observe_session(caf::actor_system& sys, observe_options opts)
-    : sys_(sys), opts_(std::move(opts)) {
+    : sys_(sys), opts_(std::move(opts)), mode_(std::make_shared<mode_cell>()) {
   metrics_ = std::make_shared<metrics_registry>();
   if (!opts_.trace_file.empty())
     timeline_ = std::make_shared<timeline>();
@@ -136,6 +148,10 @@ observe_session::make(caf::actor_system& sys, observe_options opts) {
   observer_hub_config hc;
   hc.metrics = s->metrics_;
   hc.snapshot_period = s->opts_.snapshot_period;
+  hc.mode = [cell = s->mode_] {
+    std::lock_guard<std::mutex> guard{cell->mtx};
+    return cell->mode;
+  };
   s->hub_ = spawn_observer_hub(sys, std::move(hc));
   return s;
 }
@@ -150,18 +166,23 @@ std::shared_ptr<cluster_hooks>
 observe_session::hooks_for(const std::string& section) {
   if (timeline_)
     timeline_->set_section(section);
-  return std::make_shared<recorder>(metrics_, timeline_, hub_);
+  {
+    std::lock_guard<std::mutex> guard{mode_->mtx};
+    mode_->mode = section;
+  }
+  return std::make_shared<recorder>(metrics_, timeline_, hub_, section);
 }
 
 std::shared_ptr<void> observe_session::watch(const std::vector<node_ptr>& nodes,
-                                             uint32_t byte_scale) {
-  // Counters add what moved since the last collection, so they keep rising
-  // over several clusters (modes) of one process.
+                                             uint32_t byte_scale,
+                                             const std::string& mode) {
+  // Counters add what moved since the last collection; each mode's cluster
+  // has series of its own (label mode).
   struct last_seen {
     std::vector<uint64_t> values;
   };
   auto seen = std::make_shared<last_seen>();
-  auto fn = [nodes, seen, byte_scale](metrics_registry& m) {
+  auto fn = [nodes, seen, byte_scale, mode](metrics_registry& m) {
     size_t k = 0;
     auto delta = [&](uint64_t now) {
       if (seen->values.size() <= k)
@@ -172,20 +193,22 @@ std::shared_ptr<void> observe_session::watch(const std::vector<node_ptr>& nodes,
     };
     for (auto& n : nodes) {
       if (n->snic)
-        m.add("dualpath_snic_bytes_total", {{"node", n->name}},
+        m.add("dualpath_snic_bytes_total", {{"mode", mode}, {"node", n->name}},
               delta(n->snic->bytes()));
       if (n->dram)
-        m.add("dualpath_dram_bytes_total", {{"node", n->name}},
+        m.add("dualpath_dram_bytes_total", {{"mode", mode}, {"node", n->name}},
               delta(n->dram->bytes()));
       for (size_t g = 0; g < n->cnic_rx.size(); ++g)
         m.add("dualpath_cnic_bytes_total",
-              {{"node", n->name},
+              {{"mode", mode},
+               {"node", n->name},
                {"nic", "cnic" + std::to_string(g)},
                {"direction", "rx"}},
               delta(n->cnic_rx[g]->bytes()));
       for (size_t g = 0; g < n->cnic_tx.size(); ++g)
         m.add("dualpath_cnic_bytes_total",
-              {{"node", n->name},
+              {{"mode", mode},
+               {"node", n->name},
                {"nic", "cnic" + std::to_string(g)},
                {"direction", "tx"}},
               delta(n->cnic_tx[g]->bytes()));
@@ -193,19 +216,14 @@ std::shared_ptr<void> observe_session::watch(const std::vector<node_ptr>& nodes,
         auto st = n->bulk->stats();
         for (size_t c = 0; c < transport::traffic_class_count; ++c)
           m.add("dualpath_bulk_bytes_total",
-                {{"node", n->name},
+                {{"mode", mode},
+                 {"node", n->name},
                  {"class", transport::to_string(
                                static_cast<transport::traffic_class>(c))}},
                 delta(st.bytes_sent[c] * byte_scale));
       }
     }
   };
-  metrics_->declare(family_spec{
-      "dualpath_bulk_bytes_total",
-      metric_kind::counter,
-      "Nominal bytes a node's bulk transport sent, per traffic class "
-      "(control, kv).",
-      {}});
   auto h = std::make_shared<watch_handle>();
   h->metrics = metrics_;
   h->id = metrics_->add_collector(std::move(fn));

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -67,16 +68,18 @@ public:
   observe_session(const observe_session&) = delete;
   observe_session& operator=(const observe_session&) = delete;
 
-  /// Hooks for the actors of one cluster; timeline spans go into the
-  /// section `section` (e.g. the mode).
+  /// Hooks for the actors of one cluster, running mode `section`: their
+  /// series carry the label mode=`section` and their timeline spans go into
+  /// the section `section`; the hub labels snapshots and events with it
+  /// from now on.
   std::shared_ptr<cluster_hooks> hooks_for(const std::string& section);
 
   /// Turns the byte counters of `nodes` (storage NIC, DRAM, compute NICs,
   /// bulk transport per traffic class; bulk bytes times `byte_scale` to
-  /// nominal) into metrics until the returned handle is destroyed (a last
-  /// collection runs then).
+  /// nominal) into metrics labelled mode=`mode` until the returned handle
+  /// is destroyed (a last collection runs then).
   std::shared_ptr<void> watch(const std::vector<node_ptr>& nodes,
-                              uint32_t byte_scale);
+                              uint32_t byte_scale, const std::string& mode);
 
   observe::observer_hub_actor hub() const {
     return hub_;
@@ -105,6 +108,12 @@ private:
   std::shared_ptr<observe::timeline> timeline_;
   std::unique_ptr<observe::http_server> server_;
   observe::observer_hub_actor hub_;
+  // The current mode, shared with the hub (read on its thread).
+  struct mode_cell {
+    std::mutex mtx;
+    std::string mode;
+  };
+  std::shared_ptr<mode_cell> mode_;
 };
 
 } // namespace dualpath::actors::cluster

@@ -104,6 +104,9 @@ nlohmann::json to_json(const mode_report& r) {
       {"jct_s", r.jct_s},
       {"agents_done_p50_s", r.agents_done_p50_s},
       {"agents_done_p90_s", r.agents_done_p90_s},
+      {"bound", r.bound.name},
+      {"bound_s", r.bound.s},
+      {"jct_over_bound", r.jct_over_bound},
       {"tokens_per_s", r.tokens_per_s},
       {"ttft_p50_s", r.ttft_p50_s},
       {"ttft_p99_s", r.ttft_p99_s},
@@ -129,6 +132,25 @@ nlohmann::json to_json(const mode_report& r) {
   };
 }
 
+void set_bound(mode_report& r, mode_bound b) {
+  r.jct_over_bound = b.s > 0 ? r.jct_s / b.s : 0;
+  r.bound = std::move(b);
+}
+
+nlohmann::json to_json(const fluid_bounds& b) {
+  return nlohmann::json{
+      {"prefill_compute_s", b.prefill_compute_s},
+      {"pe_snic_s", b.pe_snic_s},
+      {"all_snic_s", b.all_snic_s},
+      {"prefill_flops", b.prefill_flops},
+      {"hit_tokens", b.hit_tokens},
+      {"hit_bytes", b.hit_bytes},
+      {"pe_flops_per_s", b.pe_flops_per_s},
+      {"pe_snic_bytes_per_s", b.pe_snic_bytes_per_s},
+      {"all_snic_bytes_per_s", b.all_snic_bytes_per_s},
+  };
+}
+
 namespace {
 
 std::string fixed(double x, int digits) {
@@ -148,6 +170,17 @@ std::string bytes_text(uint64_t b) {
   return fixed(x, u == 0 ? 0 : 2) + " " + units[u];
 }
 
+// A mode_bound's name as the table prints it.
+std::string bound_label(const std::string& name) {
+  if (name == "prefill_compute")
+    return "(compute)";
+  if (name == "pe_snic")
+    return "(PE SNIC)";
+  if (name == "all_snic")
+    return "(all SNIC)";
+  return "";
+}
+
 } // namespace
 
 void print_table(std::ostream& out, const std::vector<mode_report>& modes) {
@@ -162,6 +195,15 @@ void print_table(std::ostream& out, const std::vector<mode_report>& modes) {
       {"failed",
        [](const mode_report& r) { return std::to_string(r.failed_requests); }},
       {"JCT (s)", [](const mode_report& r) { return fixed(r.jct_s, 2); }},
+      {"agents done p50/p90 (s)",
+       [](const mode_report& r) {
+         return fixed(r.agents_done_p50_s, 2) + " / "
+                + fixed(r.agents_done_p90_s, 2);
+       }},
+      {"JCT / bound",
+       [](const mode_report& r) {
+         return fixed(r.jct_over_bound, 2) + "x " + bound_label(r.bound.name);
+       }},
       {"tokens/s",
        [](const mode_report& r) { return fixed(r.tokens_per_s, 0); }},
       {"TTFT p50 / p99 (s)",
@@ -217,6 +259,28 @@ void print_table(std::ostream& out, const std::vector<mode_report>& modes) {
       out << std::right << std::setw(col_w) << rw.fn(m);
     out << '\n';
   }
+}
+
+void print_bounds(std::ostream& out, const fluid_bounds& b,
+                  const std::vector<mode_report>& modes) {
+  out << "bounds (fluid, from the replayed trace; actors/cluster/bounds.hpp):\n"
+      << "  prefill compute   " << std::setw(10)
+      << fixed(b.prefill_compute_s, 2)
+      << " s  = " << fixed(b.prefill_flops / 1e15, 1) << " PFLOP / "
+      << fixed(b.pe_flops_per_s / 1e15, 2) << " PFLOP/s (PE GPUs)\n"
+      << "  PE storage NICs   " << std::setw(10) << fixed(b.pe_snic_s, 2)
+      << " s  = " << bytes_text(b.hit_bytes) << " hit KV / "
+      << bytes_text(static_cast<uint64_t>(b.pe_snic_bytes_per_s)) << "/s\n"
+      << "  all storage NICs  " << std::setw(10) << fixed(b.all_snic_s, 2)
+      << " s  = " << bytes_text(b.hit_bytes) << " hit KV / "
+      << bytes_text(static_cast<uint64_t>(b.all_snic_bytes_per_s)) << "/s\n";
+  for (auto& m : modes)
+    out << "  " << m.mode << ": JCT " << fixed(m.jct_s, 2)
+        << " s = " << fixed(m.jct_over_bound, 2) << "x its bound ("
+        << (m.bound.name.empty() ? std::string{"none"} : m.bound.name) << ", "
+        << fixed(m.bound.s, 2) << " s); agents done p50 / p90 "
+        << fixed(m.agents_done_p50_s, 2) << " / "
+        << fixed(m.agents_done_p90_s, 2) << " s\n";
 }
 
 } // namespace dualpath::actors::cluster

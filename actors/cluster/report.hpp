@@ -31,6 +31,27 @@ struct slo {
   double tpot_s = 0.050;
 };
 
+/// Fluid lower bounds on the JCT of one replayed trace on one cluster shape
+/// (computed once per job: actors/cluster/bounds.hpp says how).
+struct fluid_bounds {
+  double prefill_flops = 0; ///< Prefill FLOPs of every replayed request.
+  uint64_t hit_tokens = 0;  ///< Prompt tokens found in storage, all requests.
+  uint64_t hit_bytes = 0;   ///< Their nominal KV bytes (all layers).
+  double prefill_compute_s = 0; ///< FLOPs / the PE GPUs' aggregate rate.
+  double pe_snic_s = 0;  ///< Hit bytes / the PE storage NICs' aggregate rate.
+  double all_snic_s = 0; ///< Hit bytes / every storage NIC's aggregate rate.
+  double pe_flops_per_s = 0;       ///< The PE GPUs' aggregate FLOP rate.
+  double pe_snic_bytes_per_s = 0;  ///< The PE storage NICs' aggregate rate.
+  double all_snic_bytes_per_s = 0; ///< Every storage NIC's aggregate rate.
+};
+
+/// The bound that applies to one mode: the key of fluid_bounds it is
+/// ("prefill_compute", "pe_snic" or "all_snic") and its seconds.
+struct mode_bound {
+  std::string name;
+  double s = 0;
+};
+
 struct mode_report {
   std::string mode;
   uint64_t requests = 0;
@@ -40,6 +61,10 @@ struct mode_report {
   /// few replayed turns JCT is the longest agent's chain; these are not.
   double agents_done_p50_s = 0;
   double agents_done_p90_s = 0;
+  /// The fluid bound that applies to the mode and JCT / its seconds (0
+  /// when the bound is 0).
+  mode_bound bound;
+  double jct_over_bound = 0;
   double tokens_per_s = 0; ///< (prompt + generated tokens) / JCT.
   double ttft_p50_s = 0;
   double ttft_p99_s = 0;
@@ -74,7 +99,19 @@ mode_report summarize(const std::string& mode, const replay_outcome& outcome,
 /// The JSON object of one mode (keys as documented in README/`run --help`).
 nlohmann::json to_json(const mode_report& r);
 
+/// Sets r.bound and r.jct_over_bound.
+void set_bound(mode_report& r, mode_bound b);
+
+/// The JSON object of the bounds (prefill_compute_s, pe_snic_s, all_snic_s,
+/// and the totals behind them: prefill_flops, hit_tokens, hit_bytes).
+nlohmann::json to_json(const fluid_bounds& b);
+
 /// A fixed-width table of the modes, one row per metric, one column per mode.
 void print_table(std::ostream& out, const std::vector<mode_report>& modes);
+
+/// The bounds block: each bound in seconds with what it divides, then each
+/// mode's JCT over the bound that applies to it.
+void print_bounds(std::ostream& out, const fluid_bounds& b,
+                  const std::vector<mode_report>& modes);
 
 } // namespace dualpath::actors::cluster

@@ -2,6 +2,9 @@
 
 #include <cmath>
 
+#include <caf/actor_system.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
 #include "actors/engines/emulation.hpp"
 
 namespace dualpath::actors {
@@ -54,6 +57,11 @@ model_shape coarsen(const model_shape& m, uint32_t k, uint32_t byte_scale) {
   out.real_bytes_per_token_layer =
       real_bytes(out.nominal_bytes_per_token_layer, byte_scale);
   return out;
+}
+
+bool waits_for_device_in_place(caf::actor_system& sys) {
+  return dynamic_cast<caf::scheduler::test_coordinator*>(&sys.scheduler())
+         != nullptr;
 }
 
 } // namespace dualpath::actors

@@ -12,12 +12,15 @@
 // bulk backend, block store) or actor handles.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <caf/actor.hpp>
+#include <caf/fwd.hpp>
 
 #include "actors/engines/emulation.hpp"
 #include "gpu/compute_model.hpp"
@@ -96,6 +99,12 @@ struct model_shape {
 /// layer, so coarsened engines cannot verify bytes. k = 1 returns `m`.
 model_shape coarsen(const model_shape& m, uint32_t k, uint32_t byte_scale);
 
+/// Whether an engine of `sys` waits for device work in place instead of
+/// taking the device's completion notice as a message: true under CAF's
+/// deterministic scheduler (simulated time), which must not be handed
+/// messages from another thread. Real-time systems never wait in place.
+bool waits_for_device_in_place(caf::actor_system& sys);
+
 /// One emulated node.
 struct node_resources {
   std::string name;
@@ -127,6 +136,28 @@ struct node_resources {
 };
 
 using node_ptr = std::shared_ptr<node_resources>;
+
+/// What an engine counts as it works (optional; shared with tests and
+/// observers, readable from any thread).
+struct engine_stats {
+  /// Steps of the node's GPUs (prefill steps, or decode steps).
+  std::atomic<uint64_t> steps{0};
+  /// Prefill: chunks computed (one request's part of one step).
+  std::atomic<uint64_t> chunks{0};
+  /// Prefill: requests computed in more than one chunk.
+  std::atomic<uint64_t> chunked{0};
+  /// The most chunks (prefill) or sequences (decode) one GPU had in a step.
+  std::atomic<uint64_t> max_batch{0};
+  /// Decode: sequence steps (one token each).
+  std::atomic<uint64_t> tokens{0};
+
+  void batch(uint64_t n) {
+    auto cur = max_batch.load();
+    while (n > cur && !max_batch.compare_exchange_weak(cur, n)) {
+      // retry with the value another thread wrote
+    }
+  }
+};
 
 /// How a prefill GPU's batch is packed at each step.
 enum class batching : uint8_t {
@@ -195,11 +226,16 @@ struct engine_config {
   observer_actor observer;
   /// Optional (null: not observed): timeline spans and metrics.
   observe::hooks_ptr hooks;
+  /// Optional: what the engine counts.
+  std::shared_ptr<engine_stats> stats;
 
   /// The engine (GPU) `rank` of this node.
   engine_id id_of(uint32_t rank) const {
     return engine_id{node ? node->name : std::string{}, role, rank};
   }
+  /// Optional: lines for the operator (e.g. that GPU memory is staged
+  /// through host memory for RDMA); the sink prints each distinct line once.
+  std::function<void(const std::string&)> notice;
 };
 
 } // namespace dualpath::actors

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "actors/engines/emulation.hpp"
@@ -26,6 +27,20 @@ emulated_time::time_point emulated_now(Self* self, const emulated_time& t) {
 
 inline int64_t to_ns(emulated_time::duration d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+/// Sends `xs...` to the actor itself at emulated time `at`: at once (a plain
+/// message, no timer) when `at` is not in the future, else delayed. Messages
+/// due now stay in the order they were sent, so what happens at one instant
+/// is handled together (a timer each would fire one by one).
+template <class Self, class... Ts>
+void send_at(Self* self, const emulated_time& t, emulated_time::time_point at,
+             Ts&&... xs) {
+  auto now = emulated_now(self, t);
+  if (at <= now)
+    self->send(self, std::forward<Ts>(xs)...);
+  else
+    self->delayed_send(self, t.to_actor(at - now), std::forward<Ts>(xs)...);
 }
 
 /// Emulated ns since the start -> emulated time point.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "gpu/checksum.hpp"
 #include "transport/storage/block_format.hpp"
 #include "transport/storage/kv_content.hpp"
 

@@ -20,7 +20,7 @@
 // partial block to a full one, the full block's hash differs and its KV is
 // computed anew: partial blocks are never persisted and always recomputed.
 //
-// Thread safety: pure functions.
+// Thread safety: pure functions (CAF-free apart from gpu::segment_grid).
 #pragma once
 
 #include <cstddef>
@@ -29,6 +29,7 @@
 
 #include "actors/protocol/messages.hpp"
 #include "actors/protocol/token_list.hpp"
+#include "gpu/device.hpp"
 #include "transport/types.hpp"
 
 namespace dualpath::actors {

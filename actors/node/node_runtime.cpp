@@ -2,13 +2,17 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <ostream>
+#include <set>
 #include <thread>
 
 #include <caf/all.hpp>
 #include <caf/io/all.hpp>
 #include <caf/type_id.hpp>
 
+#include "actors/cluster/bounds.hpp"
 #include "actors/cluster/cluster.hpp"
 #include "actors/cluster/replay.hpp"
 #include "actors/node/node_system.hpp"
@@ -289,6 +293,8 @@ caf::error run_scheduler_node(const config::settings& cfg,
   if (!store)
     return store.error();
   node_system_config sys_cfg{cfg, cf, log};
+  if (sys_cfg.caf_error())
+    return sys_cfg.caf_error();
   caf::actor_system sys{sys_cfg};
   auto sched = spawn_scheduler(
       sys,
@@ -336,6 +342,20 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
   auto spec = deployment_spec(cfg, cf);
   if (!spec)
     return spec.error();
+  // The node's GPUs (gpu.backend, gpu.device, its gpus list), before
+  // anything else starts; the choice and each engine's device are logged,
+  // every distinct line once.
+  auto gpus = cluster::plan_gpus(cfg);
+  if (!gpus)
+    return gpus.error();
+  spec->gpus = *gpus;
+  auto seen = std::make_shared<std::pair<std::mutex, std::set<std::string>>>();
+  spec->notice = [seen, &log, name = me.name](const std::string& line) {
+    std::lock_guard<std::mutex> guard{seen->first};
+    if (seen->second.insert(line).second)
+      log << "dualpath node " << name << ": " << line << std::endl;
+  };
+  spec->notice(gpus->reason);
   auto store = open_store(cfg, *spec, cf.storage_of(me.name));
   if (!store)
     return store.error();
@@ -360,6 +380,8 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
     return made.error();
   std::shared_ptr<transport::bulk::backend> bulk{std::move(*made)};
   node_system_config sys_cfg{cfg, cf, log};
+  if (sys_cfg.caf_error())
+    return sys_cfg.caf_error();
   std::atomic<bool> lost{false};
   caf::error result;
   {
@@ -395,7 +417,7 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
     auto group = static_cast<uint32_t>(
         std::find(names.begin(), names.end(), me.name) - names.begin());
     auto engine = cluster::spawn_node_engine(sys, *spec, built->node, group,
-                                             time, scheduler);
+                                             time, scheduler, me.gpus);
     auto engines = engine ? caf::expected<std::vector<caf::actor>>{
                        std::vector<caf::actor>{*engine}}
                           : caf::expected<std::vector<caf::actor>>{
@@ -501,6 +523,7 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
   if (!trace)
     return trace.error();
   cluster::job_result result;
+  result.bounds = cluster::trace_bounds(*trace, *spec);
   result.byte_scale = spec->byte_scale;
   result.time_scale = spec->time_scale;
   // The trajectories' history goes into the shared store first.
@@ -529,6 +552,8 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
   result.populated_blocks = pop->written + pop->present;
   // Join the deployment as a client.
   node_system_config sys_cfg{cfg, cf, log};
+  if (sys_cfg.caf_error())
+    return sys_cfg.caf_error();
   caf::actor_system sys{sys_cfg};
   auto& sn = cf.scheduler_node();
   auto sup_hdl = connect_actor(sys, sys_cfg.security(), sn.host, sn.port,
@@ -619,6 +644,7 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
         a.bytes -= std::min(a.bytes, b.bytes);
   auto report =
       cluster::summarize(variant->name, *outcome, snic_after, cluster::slo{});
+  cluster::set_bound(report, cluster::bound_for(result.bounds, spec->mode));
   for (auto& rec : outcome->records)
     if (rec.result.verify_failures > 0)
       result.failures.push_back(

@@ -83,6 +83,10 @@ node_system_config::node_system_config(const config::settings& cfg,
   // whose kernel closes the socket) is noticed by the heartbeats.
   set("middleman.heartbeat-interval", caf::timespan{std::chrono::seconds(1)});
   set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(5)});
+  // CAF's own options (its config file, --scheduler.* and the like) over
+  // the settings above; load() has checked them. The TLS files come from
+  // the cluster file only, after them.
+  caf_error_ = config::apply(*this, cfg.caf());
   if (security_ == link_security::tls) {
     load<caf::openssl::manager>();
     openssl_certificate = cluster.tls.cert;

@@ -35,8 +35,14 @@ public:
     return security_;
   }
 
+  /// Why CAF's own options (config/caf_options.hpp) did not apply, if so.
+  const caf::error& caf_error() const {
+    return caf_error_;
+  }
+
 private:
   link_security security_;
+  caf::error caf_error_;
 };
 
 /// Publishes `hdl` on `host:port` (TLS or plain, by `security`).

@@ -4,15 +4,17 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <sstream>
+#include <map>
+#include <vector>
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <microhttpd.h>
 
 #include <caf/error.hpp>
 #include <caf/make_message.hpp>
@@ -22,84 +24,12 @@ namespace dualpath::actors::observe {
 
 namespace {
 
+using clock_type = std::chrono::steady_clock;
+
 // Every socket call goes through here: the call's name and errno's text.
-caf::error sys_error(const char* call) {
+caf::error sys_error(const std::string& call) {
   return caf::make_error(caf::sec::cannot_open_port,
-                         std::string{call} + ": " + std::strerror(errno));
-}
-
-// RFC 9110 token characters.
-bool is_tchar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) != 0
-         || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
-}
-
-bool is_token(const std::string& x) {
-  return !x.empty() && std::all_of(x.begin(), x.end(), is_tchar);
-}
-
-std::string lowered(std::string x) {
-  for (auto& c : x)
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return x;
-}
-
-std::string trimmed(const std::string& x) {
-  auto b = x.find_first_not_of(" \t");
-  if (b == std::string::npos)
-    return {};
-  auto e = x.find_last_not_of(" \t");
-  return x.substr(b, e - b + 1);
-}
-
-const char* reason_phrase(int status) {
-  switch (status) {
-    case 200:
-      return "OK";
-    case 400:
-      return "Bad Request";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 413:
-      return "Content Too Large";
-    case 414:
-      return "URI Too Long";
-    case 431:
-      return "Request Header Fields Too Large";
-    case 500:
-      return "Internal Server Error";
-    case 501:
-      return "Not Implemented";
-    case 505:
-      return "HTTP Version Not Supported";
-    default:
-      return "Error";
-  }
-}
-
-http_parse_result refuse(int status, std::string why) {
-  http_parse_result r;
-  r.status = status;
-  r.reason = std::move(why);
-  return r;
-}
-
-// Sends all of `data`; false when the peer went away.
-bool send_all(int fd, const std::string& data) {
-  size_t off = 0;
-  while (off < data.size()) {
-    auto n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
+                         call + ": " + std::strerror(errno));
 }
 
 // RAII for a file descriptor.
@@ -116,114 +46,263 @@ struct fd_guard {
   }
 };
 
+struct daemon_deleter {
+  void operator()(MHD_Daemon* d) const {
+    MHD_stop_daemon(d); // closes the listening socket and every connection
+  }
+};
+
+// Where a connection is in its life; the server's loop moves it on.
+enum class conn_phase : uint8_t {
+  /// The request head is still arriving (the head deadline runs).
+  reading_head,
+  /// The head arrived and the handler answered (the library sends it).
+  answered,
+  /// The head deadline passed: 408 sent, the write side shut down.
+  expired,
+  /// The connection outlived its hard deadline: both sides shut down, the
+  /// library closes it on its next turn.
+  killed,
+};
+
+struct conn_state {
+  int fd = -1;
+  clock_type::time_point head_deadline;
+  clock_type::time_point hard_deadline;
+  conn_phase phase = conn_phase::reading_head;
+};
+
+const char* reason_phrase(int status) {
+  switch (status) {
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 413:
+      return "Content Too Large";
+    case 414:
+      return "URI Too Long";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 501:
+      return "Not Implemented";
+    case 505:
+      return "HTTP Version Not Supported";
+    default:
+      return "Error";
+  }
+}
+
+// What the handler learns from the library's parsed head.
+struct head_facts {
+  size_t bytes = 0; // header names and values, with ": " and CRLF
+  int hosts = 0;
+  bool transfer_coding = false;
+  const char* content_length = nullptr;
+};
+
+MHD_Result collect(void* cls, MHD_ValueKind, const char* key,
+                   const char* value) {
+  auto& f = *static_cast<head_facts*>(cls);
+  f.bytes += std::strlen(key) + (value ? std::strlen(value) : 0) + 4;
+  if (strcasecmp(key, "host") == 0)
+    ++f.hosts;
+  else if (strcasecmp(key, "transfer-encoding") == 0)
+    f.transfer_coding = true;
+  else if (strcasecmp(key, "content-length") == 0)
+    f.content_length = value;
+  return MHD_YES;
+}
+
+bool all_digits(const char* x) {
+  if (x == nullptr || *x == '\0')
+    return false;
+  for (; *x != '\0'; ++x)
+    if (!std::isdigit(static_cast<unsigned char>(*x)))
+      return false;
+  return true;
+}
+
 } // namespace
 
-http_parse_result parse_request(const std::string& head,
-                                const http_limits& limits) {
-  if (head.size() > limits.max_header_bytes)
-    return refuse(431, "request header block larger than "
-                           + std::to_string(limits.max_header_bytes)
-                           + " bytes");
-  auto eol = head.find("\r\n");
-  auto line = head.substr(0, eol);
-  if (line.size() > limits.max_request_line)
-    return refuse(414, "request line longer than "
-                           + std::to_string(limits.max_request_line)
-                           + " bytes");
-  http_parse_result out;
-  auto& req = out.request;
-  // request-line = method SP request-target SP HTTP-version
-  auto sp1 = line.find(' ');
-  auto sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
-  if (sp1 == std::string::npos || sp2 == std::string::npos
-      || line.find(' ', sp2 + 1) != std::string::npos)
-    return refuse(400, "malformed request line");
-  req.method = line.substr(0, sp1);
-  req.target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  req.version = line.substr(sp2 + 1);
-  if (!is_token(req.method))
-    return refuse(400, "malformed method");
-  if (req.target.empty() || req.target.front() != '/')
-    return refuse(400, "request target must be an absolute path");
-  for (auto c : req.target)
-    if (static_cast<unsigned char>(c) <= 0x20
-        || static_cast<unsigned char>(c) >= 0x7f)
-      return refuse(400, "invalid character in request target");
-  if (req.version.size() != 8 || req.version.compare(0, 5, "HTTP/") != 0
-      || !std::isdigit(static_cast<unsigned char>(req.version[5]))
-      || req.version[6] != '.'
-      || !std::isdigit(static_cast<unsigned char>(req.version[7])))
-    return refuse(400, "malformed HTTP version");
-  if (req.version != "HTTP/1.1" && req.version != "HTTP/1.0")
-    return refuse(505, "only HTTP/1.0 and HTTP/1.1 are served");
-  req.path = req.target.substr(0, req.target.find('?'));
-  // header-field = field-name ":" OWS field-value OWS
-  size_t pos = eol == std::string::npos ? head.size() : eol + 2;
-  bool has_host = false;
-  bool has_length = false;
-  while (pos < head.size()) {
-    auto end = head.find("\r\n", pos);
-    if (end == std::string::npos)
-      end = head.size();
-    auto field = head.substr(pos, end - pos);
-    pos = end + 2;
-    if (field.empty())
-      break;
-    if (field.front() == ' ' || field.front() == '\t')
-      return refuse(400, "obsolete header line folding");
-    auto colon = field.find(':');
-    if (colon == std::string::npos)
-      return refuse(400, "header line without a colon");
-    auto name = field.substr(0, colon);
-    if (!is_token(name))
-      return refuse(400, "malformed header name");
-    auto value = trimmed(field.substr(colon + 1));
-    for (auto c : value)
-      if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f)
-        return refuse(400, "control character in header value");
-    name = lowered(name);
-    if (name == "host") {
-      if (has_host)
-        return refuse(400, "more than one Host header");
-      has_host = true;
-    } else if (name == "content-length") {
-      if (has_length || value.empty() || value.size() > 18
-          || !std::all_of(value.begin(), value.end(), [](char c) {
-               return std::isdigit(static_cast<unsigned char>(c)) != 0;
-             }))
-        return refuse(400, "invalid Content-Length");
-      has_length = true;
-      req.content_length = std::stoull(value);
-    } else if (name == "transfer-encoding") {
-      return refuse(501, "request bodies with a transfer coding are not "
-                         "accepted");
-    }
-    req.headers.emplace_back(std::move(name), std::move(value));
+struct http_server::impl {
+  std::unique_ptr<MHD_Daemon, daemon_deleter> daemon;
+  std::map<std::string, route> routes;
+  http_limits limits;
+  http_server* owner = nullptr;
+  // Only the server's thread touches these (every callback runs there).
+  std::map<MHD_Connection*, conn_state> conns;
+
+  void count(int status) {
+    ++owner->served_;
+    if (status >= 400)
+      ++owner->refused_;
   }
-  if (req.version == "HTTP/1.1" && !has_host)
-    return refuse(400, "HTTP/1.1 request without a Host header");
-  if (req.content_length > limits.max_body_bytes)
-    return refuse(413, "request body larger than "
-                           + std::to_string(limits.max_body_bytes) + " bytes");
-  return out;
+
+  MHD_Result reply(MHD_Connection* c, const http_response& r,
+                   const char* allow = nullptr) {
+    count(r.status);
+    std::unique_ptr<MHD_Response, decltype(&MHD_destroy_response)> resp{
+        MHD_create_response_from_buffer(r.body.size(),
+                                        const_cast<char*>(r.body.data()),
+                                        MHD_RESPMEM_MUST_COPY),
+        &MHD_destroy_response};
+    if (!resp)
+      return MHD_NO;
+    MHD_add_response_header(resp.get(), MHD_HTTP_HEADER_CONTENT_TYPE,
+                            r.content_type.c_str());
+    MHD_add_response_header(resp.get(), MHD_HTTP_HEADER_CONNECTION, "close");
+    if (allow != nullptr)
+      MHD_add_response_header(resp.get(), MHD_HTTP_HEADER_ALLOW, allow);
+    return MHD_queue_response(c, static_cast<unsigned>(r.status), resp.get());
+  }
+
+  MHD_Result refuse(MHD_Connection* c, int status, const std::string& why,
+                    const char* allow = nullptr) {
+    return reply(c,
+                 http_response{status, "text/plain; charset=utf-8", why + "\n"},
+                 allow);
+  }
+
+  // Called by the library once per request when its head is complete (and
+  // again per piece of body, which is never read: the first call answers).
+  MHD_Result handle(MHD_Connection* c, const char* url, const char* method,
+                    const char* version, void** request_ctx) {
+    if (*request_ctx != nullptr)
+      return MHD_NO; // a second call: the answer is already queued
+    *request_ctx = this;
+    auto st = conns.find(c);
+    if (st == conns.end() || st->second.phase != conn_phase::reading_head)
+      return MHD_NO; // expired or killed: close without another answer
+    st->second.phase = conn_phase::answered;
+    std::string target{url};
+    std::string ver{version};
+    std::string meth{method};
+    if (meth.size() + target.size() + ver.size() + 4 > limits.max_request_line)
+      return refuse(c, 414,
+                    "request line longer than "
+                        + std::to_string(limits.max_request_line) + " bytes");
+    head_facts facts;
+    facts.bytes = meth.size() + target.size() + ver.size() + 4;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, collect, &facts);
+    if (facts.bytes > limits.max_header_bytes)
+      return refuse(c, 431,
+                    "request header block larger than "
+                        + std::to_string(limits.max_header_bytes) + " bytes");
+    if (target.empty() || target.front() != '/')
+      return refuse(c, 400, "request target must be an absolute path");
+    if (ver != MHD_HTTP_VERSION_1_1 && ver != MHD_HTTP_VERSION_1_0)
+      return refuse(c, 505, "only HTTP/1.0 and HTTP/1.1 are served");
+    if (ver == MHD_HTTP_VERSION_1_1 && facts.hosts != 1)
+      return refuse(c, 400,
+                    facts.hosts == 0 ? "HTTP/1.1 request without a Host header"
+                                     : "more than one Host header");
+    if (facts.transfer_coding)
+      return refuse(c, 501,
+                    "request bodies with a transfer coding are not accepted");
+    if (facts.content_length != nullptr) {
+      std::string cl{facts.content_length};
+      if (!all_digits(cl.c_str()) || cl.size() > 18)
+        return refuse(c, 400, "invalid Content-Length");
+      if (std::stoull(cl) > limits.max_body_bytes)
+        return refuse(c, 413,
+                      "request body larger than "
+                          + std::to_string(limits.max_body_bytes) + " bytes");
+    }
+    auto route = routes.find(target);
+    if (route == routes.end())
+      return refuse(c, 404, "no such path: " + target);
+    if (meth != MHD_HTTP_METHOD_GET && meth != MHD_HTTP_METHOD_HEAD)
+      return refuse(c, 405, "only GET and HEAD", "GET, HEAD");
+    // The library sends headers only for HEAD.
+    return reply(c, route->second());
+  }
+
+  void notify(MHD_Connection* c, MHD_ConnectionNotificationCode code) {
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+      conns.erase(c);
+      return;
+    }
+    conn_state st;
+    if (auto info =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD))
+      st.fd = info->connect_fd;
+    auto now = clock_type::now();
+    st.head_deadline = now + limits.read_timeout;
+    st.hard_deadline = st.head_deadline + std::chrono::seconds(1);
+    conns[c] = st;
+  }
+
+  // Applies the head and hard deadlines; returns the time until the next
+  // one (or -1: none).
+  int expire(clock_type::time_point now) {
+    auto next = clock_type::time_point::max();
+    for (auto& [c, st] : conns) {
+      if (st.phase == conn_phase::reading_head && st.head_deadline <= now) {
+        // The library has no answer for this: write it on the socket,
+        // which carries nothing else yet, and shut the write side so the
+        // client reads it to the end; the library drops the connection on
+        // its own timeout or when the client closes.
+        auto body = std::string{"request header not received in time\n"};
+        auto msg = "HTTP/1.1 408 " + std::string{reason_phrase(408)}
+                   + "\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                     "Content-Length: "
+                   + std::to_string(body.size())
+                   + "\r\nConnection: close\r\n\r\n" + body;
+        [[maybe_unused]] auto n =
+            ::send(st.fd, msg.data(), msg.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+        ::shutdown(st.fd, SHUT_WR);
+        count(408);
+        st.phase = conn_phase::expired;
+      }
+      if (st.phase != conn_phase::killed && st.hard_deadline <= now) {
+        // The library's own timeout counts idle time only: a client that
+        // reads the answer a byte at a time would stay.
+        ::shutdown(st.fd, SHUT_RDWR);
+        st.phase = conn_phase::killed;
+      }
+      if (st.phase == conn_phase::reading_head)
+        next = std::min(next, st.head_deadline);
+      else if (st.phase != conn_phase::killed)
+        next = std::min(next, st.hard_deadline);
+    }
+    if (next == clock_type::time_point::max())
+      return -1;
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(next - now)
+                  .count();
+    return static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 60000));
+  }
+};
+
+namespace {
+
+MHD_Result on_request(void* cls, MHD_Connection* c, const char* url,
+                      const char* method, const char* version, const char*,
+                      size_t* upload_size, void** request_ctx) {
+  auto self = static_cast<http_server::impl*>(cls);
+  if (upload_size != nullptr)
+    *upload_size = 0; // a body is never read
+  return self->handle(c, url, method, version, request_ctx);
 }
 
-std::string render_response(const http_response& r, bool head_only,
-                            const std::string& extra_headers) {
-  std::ostringstream out;
-  out << "HTTP/1.1 " << r.status << ' ' << reason_phrase(r.status) << "\r\n"
-      << "Content-Type: " << r.content_type << "\r\n"
-      << "Content-Length: " << r.body.size() << "\r\n"
-      << "Connection: close\r\n"
-      << extra_headers << "\r\n";
-  if (!head_only)
-    out << r.body;
-  return out.str();
+void on_connection(void* cls, MHD_Connection* c, void**,
+                   MHD_ConnectionNotificationCode code) {
+  static_cast<http_server::impl*>(cls)->notify(c, code);
 }
+
+} // namespace
 
 caf::expected<std::unique_ptr<http_server>>
 http_server::make(const std::string& address, uint16_t port,
                   std::map<std::string, route> routes, http_limits limits) {
+  if (limits.read_timeout.count() < 1 || limits.max_connections < 1)
+    return caf::make_error(caf::sec::invalid_argument,
+                           "metrics endpoint: read timeout and connection "
+                           "limit must be positive");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
@@ -231,6 +310,8 @@ http_server::make(const std::string& address, uint16_t port,
     return caf::make_error(caf::sec::invalid_argument,
                            "metrics endpoint: '" + address
                                + "' is not an IPv4 address");
+  // The listening socket is ours until the daemon takes it, so that a
+  // failure names the call and errno (the library reports neither).
   fd_guard sock{::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)};
   if (sock.fd < 0)
     return sys_error("socket");
@@ -238,9 +319,8 @@ http_server::make(const std::string& address, uint16_t port,
   if (::setsockopt(sock.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0)
     return sys_error("setsockopt(SO_REUSEADDR)");
   if (::bind(sock.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-    return sys_error(
-        ("bind(" + address + ":" + std::to_string(port) + ")").c_str());
-  if (::listen(sock.fd, 16) != 0)
+    return sys_error("bind(" + address + ":" + std::to_string(port) + ")");
+  if (::listen(sock.fd, 128) != 0)
     return sys_error("listen");
   socklen_t len = sizeof(addr);
   if (::getsockname(sock.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
@@ -248,144 +328,72 @@ http_server::make(const std::string& address, uint16_t port,
   fd_guard wake{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
   if (wake.fd < 0)
     return sys_error("eventfd");
+  auto state = std::make_unique<impl>();
+  state->routes = std::move(routes);
+  state->limits = limits;
+  // The library's timeout is whole seconds of inactivity: the head deadline
+  // (ours, in ms) comes first; this one ends connections the hard deadline
+  // shut down.
+  auto idle_s = static_cast<unsigned>(
+      std::chrono::ceil<std::chrono::seconds>(limits.read_timeout).count() + 1);
+  // The pool holds the request head and the answer's headers.
+  auto pool = static_cast<size_t>(limits.max_header_bytes + 8192);
+  auto listen_fd = sock.release();
+  state->daemon.reset(MHD_start_daemon(
+      MHD_USE_EPOLL, 0, nullptr, nullptr, on_request, state.get(),
+      MHD_OPTION_LISTEN_SOCKET, listen_fd, MHD_OPTION_CONNECTION_LIMIT,
+      limits.max_connections, MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_NOTIFY_CONNECTION,
+      on_connection, state.get(), MHD_OPTION_END));
+  if (!state->daemon) {
+    ::close(listen_fd);
+    return caf::make_error(caf::sec::cannot_open_port,
+                           "MHD_start_daemon: the HTTP library refused to "
+                           "start on "
+                               + address + ":" + std::to_string(port));
+  }
   std::unique_ptr<http_server> srv{
-      new http_server(sock.release(), wake.release(), ntohs(addr.sin_port),
-                      std::move(routes), limits)};
+      new http_server(std::move(state), ntohs(addr.sin_port), wake.release())};
   return srv;
 }
 
-http_server::http_server(int listen_fd, int wake_fd, uint16_t port,
-                         std::map<std::string, route> routes,
-                         http_limits limits)
-    : listen_fd_(listen_fd),
-      wake_fd_(wake_fd),
-      port_(port),
-      routes_(std::move(routes)),
-      limits_(limits) {
+http_server::http_server(std::unique_ptr<impl> state, uint16_t port,
+                         int wake_fd)
+    : impl_(std::move(state)), port_(port), wake_fd_(wake_fd) {
+  impl_->owner = this;
   thread_ = std::thread([this] { loop(); });
 }
 
 http_server::~http_server() {
-  stop_ = true;
   uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof(one));
   thread_.join();
-  ::close(listen_fd_);
+  impl_->daemon.reset(); // on this thread now that the loop has ended
   ::close(wake_fd_);
 }
 
 void http_server::loop() {
-  while (!stop_) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-    auto n = ::poll(fds, 2, -1);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      return; // the listening socket is unusable: stop serving
-    }
-    if (stop_ || (fds[1].revents & POLLIN))
-      return;
-    if (!(fds[0].revents & POLLIN))
-      continue;
-    fd_guard conn{::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC)};
-    if (conn.fd < 0)
-      continue;
-    serve(conn.fd);
-  }
-}
-
-void http_server::serve(int fd) {
-  // Read the header block within the deadline and the size limits.
-  auto deadline = std::chrono::steady_clock::now() + limits_.read_timeout;
-  std::string buf;
-  size_t head_end = std::string::npos;
-  auto answer = [&](const http_response& r, bool head_only,
-                    const std::string& extra = {}) {
-    ++served_;
-    if (r.status >= 400)
-      ++refused_;
-    if (!send_all(fd, render_response(r, head_only, extra)))
-      return;
-    // Closing with unread input would reset the connection before the
-    // client reads the answer: finish sending, then drain briefly.
-    ::shutdown(fd, SHUT_WR);
-    auto drain_until =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-    size_t drained = 0;
-    while (drained < limits_.max_header_bytes * 4) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      drain_until - std::chrono::steady_clock::now())
-                      .count();
-      pollfd p{fd, POLLIN, 0};
-      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0)
-        break;
-      char sink[2048];
-      auto n = ::recv(fd, sink, sizeof(sink), 0);
-      if (n <= 0)
-        break;
-      drained += static_cast<size_t>(n);
-    }
-  };
-  auto error = [&](int status, const std::string& why) {
-    answer(http_response{status, "text/plain; charset=utf-8", why + "\n"},
-           false);
-  };
-  char chunk[2048];
-  while (head_end == std::string::npos) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now())
-                    .count();
-    if (left <= 0) {
-      error(408, "request header not received in time");
-      return;
-    }
-    pollfd p{fd, POLLIN, 0};
-    auto ready = ::poll(&p, 1, static_cast<int>(left));
-    if (ready < 0 && errno == EINTR)
-      continue;
-    if (ready <= 0)
-      continue; // re-checks the deadline
-    auto n = ::recv(fd, chunk, sizeof(chunk), 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return; // the client went away
-    buf.append(chunk, static_cast<size_t>(n));
-    head_end = buf.find("\r\n\r\n");
-    if (head_end == std::string::npos) {
-      auto first_eol = buf.find("\r\n");
-      if (first_eol == std::string::npos
-          && buf.size() > limits_.max_request_line) {
-        error(414, "request line longer than "
-                       + std::to_string(limits_.max_request_line) + " bytes");
-        return;
-      }
-      if (buf.size() > limits_.max_header_bytes) {
-        error(431, "request header block larger than "
-                       + std::to_string(limits_.max_header_bytes) + " bytes");
-        return;
-      }
-    }
-  }
-  auto parsed = parse_request(buf.substr(0, head_end + 2), limits_);
-  if (parsed.status != 0) {
-    error(parsed.status, parsed.reason);
+  auto d = impl_->daemon.get();
+  auto info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD);
+  if (info == nullptr)
     return;
+  int epoll_fd = info->epoll_fd;
+  for (;;) {
+    int timeout = impl_->expire(clock_type::now());
+    MHD_UNSIGNED_LONG_LONG lib_ms = 0;
+    if (MHD_get_timeout(d, &lib_ms) == MHD_YES) {
+      auto t =
+          static_cast<int>(std::min<MHD_UNSIGNED_LONG_LONG>(lib_ms, 60000));
+      timeout = timeout < 0 ? t : std::min(timeout, t);
+    }
+    pollfd fds[2] = {{epoll_fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    auto n = ::poll(fds, 2, timeout);
+    if (n < 0 && errno != EINTR)
+      return; // cannot wait any more: stop serving
+    if (fds[1].revents & POLLIN)
+      return;
+    MHD_run(d);
   }
-  auto& req = parsed.request;
-  auto route = routes_.find(req.path);
-  if (route == routes_.end()) {
-    error(404, "no such path: " + req.path);
-    return;
-  }
-  if (req.method != "GET" && req.method != "HEAD") {
-    answer(
-        http_response{405, "text/plain; charset=utf-8", "only GET and HEAD\n"},
-        false, "Allow: GET, HEAD\r\n");
-    return;
-  }
-  // A small body (allowed by the limits) is drained unread by answer().
-  answer(route->second(), req.method == "HEAD");
 }
 
 } // namespace dualpath::actors::observe

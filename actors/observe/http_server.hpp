@@ -1,21 +1,40 @@
-// A small HTTP/1.1 server for the metrics endpoint: plain POSIX sockets and
-// one thread of its own, so a slow or hostile client never runs on an actor
-// thread. It serves GET and HEAD of a fixed set of paths and answers one
+// The metrics endpoint's HTTP/1.1 server, on GNU libmicrohttpd (Debian's
+// libmicrohttpd-dev). It serves GET and HEAD of a fixed set of paths, one
 // request per connection (`Connection: close`).
 //
-// Bounded input: the request line and the header block are limited in size
-// (414 / 431), a request body larger than the limit gets 413, a malformed
-// request 400, an unknown path 404, another method 405, another protocol
-// version 505; a client that does not send a complete header block within
-// the read timeout is dropped. Connections are served one after another, so
-// memory stays bounded whatever clients do.
+// Why libmicrohttpd (and not cpp-httplib or civetweb): it is event-driven.
+// One thread multiplexes every connection through epoll, so an idle or slow
+// client costs a socket and a small bounded memory pool, never a worker
+// thread; cpp-httplib and civetweb give each connection a pool thread for as
+// long as it is open, so as many idle clients as there are threads delay a
+// scrape until their deadlines pass (the failure this server replaces). It
+// bounds connections, per-connection memory and per-connection time by
+// option, and it runs in "external polling" mode, so the server keeps its own
+// thread and loop and adds what the library lacks (the 408 below).
 //
-// parse_request() is the pure parser (tested without sockets).
+// Concurrency and deadlines: up to `max_connections` connections are open at
+// once; each must deliver its complete request head within `read_timeout`
+// (else it gets 408 and is closed), and the whole connection, answer
+// included, is dropped `read_timeout` + 1 s after it was opened at the
+// latest. Idle or slow clients therefore never delay other clients.
 //
-// Ownership: the server owns its listening socket and thread; the destructor
-// stops the thread and closes the socket (RAII).
-// Thread safety: handlers run on the server's thread; they must be
-// thread-safe with respect to the rest of the program.
+// Bounded input and the answers: a request line longer than
+// max_request_line: 414; a head larger than max_header_bytes: 431; a
+// Content-Length larger than max_body_bytes: 413; a transfer coding: 501;
+// malformed requests (bad Content-Length, header line without a colon,
+// HTTP/1.1 without exactly one Host, a target that is not an absolute path):
+// 400; an unknown path: 404; another method: 405; another protocol version:
+// 505. Input the library cannot read as HTTP at all (a request line without
+// spaces, binary such as a TLS ClientHello) gets the connection closed
+// without an answer. The library accepts the obsolete forms RFC 9112 lets a
+// server accept (several spaces between the request line's parts, folded
+// header lines replaced by a space).
+//
+// Ownership: the server owns its listening socket, the daemon and its
+// thread; the destructor stops the thread, then the daemon (RAII).
+// Thread safety: routes run on the server's thread, one at a time; they must
+// be thread-safe with respect to the rest of the program. port(), served()
+// and refused() from any thread.
 #pragma once
 
 #include <atomic>
@@ -26,43 +45,21 @@
 #include <memory>
 #include <string>
 #include <thread>
-#include <utility>
-#include <vector>
 
 #include <caf/expected.hpp>
 
 namespace dualpath::actors::observe {
 
-/// Input limits of the server.
+/// Input, connection and time limits of the server.
 struct http_limits {
-  size_t max_request_line = 4096;  ///< Longer: 414 URI Too Long.
-  size_t max_header_bytes = 16384; ///< Request line + headers; longer: 431.
+  size_t max_request_line = 4096;  ///< Longer target: 414 URI Too Long.
+  size_t max_header_bytes = 16384; ///< Request line + headers; larger: 431.
   size_t max_body_bytes = 1024;    ///< Larger Content-Length: 413.
+  /// The complete request head must arrive within this (else 408).
   std::chrono::milliseconds read_timeout{2000};
+  /// Connections open at once; more are closed on accept.
+  unsigned max_connections = 256;
 };
-
-/// A parsed request head.
-struct http_request {
-  std::string method;
-  std::string target; ///< As sent (path and query).
-  std::string path;   ///< Target without the query.
-  std::string version;
-  std::vector<std::pair<std::string, std::string>> headers; ///< Names lowered.
-  uint64_t content_length = 0;
-};
-
-/// Outcome of parsing a request head: status 0 = well-formed, else the
-/// error status to answer with and why.
-struct http_parse_result {
-  int status = 0;
-  std::string reason;
-  http_request request;
-};
-
-/// Parses a request head (request line and header lines, each ending in
-/// CRLF, without the final empty line) against `limits`.
-http_parse_result parse_request(const std::string& head,
-                                const http_limits& limits);
 
 /// What a route returns.
 struct http_response {
@@ -70,10 +67,6 @@ struct http_response {
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
 };
-
-/// Renders a complete response (status line, headers, body unless `head`).
-std::string render_response(const http_response& r, bool head_only,
-                            const std::string& extra_headers = {});
 
 class http_server {
 public:
@@ -96,7 +89,7 @@ public:
     return port_;
   }
 
-  /// Requests answered so far (any status).
+  /// Requests answered so far (any status; a 408 counts).
   uint64_t served() const {
     return served_.load();
   }
@@ -106,21 +99,18 @@ public:
     return refused_.load();
   }
 
+  struct impl; // the daemon and the per-connection state (http_server.cpp)
+
 private:
-  http_server(int listen_fd, int wake_fd, uint16_t port,
-              std::map<std::string, route> routes, http_limits limits);
+  http_server(std::unique_ptr<impl> state, uint16_t port, int wake_fd);
 
   void loop();
-  void serve(int fd);
 
-  int listen_fd_ = -1;
-  int wake_fd_ = -1; // eventfd: wakes the loop on destruction
+  std::unique_ptr<impl> impl_;
   uint16_t port_ = 0;
-  std::map<std::string, route> routes_;
-  http_limits limits_;
+  int wake_fd_ = -1; // eventfd: wakes the loop on destruction
   std::atomic<uint64_t> served_{0};
   std::atomic<uint64_t> refused_{0};
-  std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 

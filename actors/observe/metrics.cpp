@@ -12,6 +12,9 @@ namespace {
 
 // dualpath's standard families. Byte counts are nominal (the emulated
 // hardware's bytes, not the byte-scaled real copies); times are emulated.
+// Every series recorded by a cluster's actors carries `mode` (the cluster's
+// mode: basic, dualpath, ...), since one process runs the modes one after
+// another; docs/observability.md lists each family's labels.
 std::vector<family_spec> standard_families() {
   using k = metric_kind;
   return {
@@ -22,8 +25,8 @@ std::vector<family_spec> standard_families() {
        {}},
       {"dualpath_read_queue_bytes",
        k::gauge,
-       "Full Block bytes of storage reads queued or in flight at a node's "
-       "storage reader.",
+       "Full Block bytes (nominal) of storage reads queued or in flight at a "
+       "node's storage reader.",
        {}},
       {"dualpath_reader_buffer_used_bytes",
        k::gauge,
@@ -36,12 +39,17 @@ std::vector<family_spec> standard_families() {
        {}},
       {"dualpath_cnic_bytes_total",
        k::counter,
-       "Nominal bytes moved over a compute NIC, per direction and traffic "
-       "class.",
+       "Nominal bytes moved over one compute NIC (label nic) in one direction "
+       "(label direction: rx or tx).",
        {}},
       {"dualpath_dram_bytes_total",
        k::counter,
        "Nominal bytes moved through a node's DRAM.",
+       {}},
+      {"dualpath_bulk_bytes_total",
+       k::counter,
+       "Nominal bytes a node's bulk transport sent, per traffic class (label "
+       "class: control or kv).",
        {}},
       {"dualpath_storage_blocks_read_total",
        k::counter,
@@ -83,16 +91,49 @@ std::vector<family_spec> standard_families() {
        {}},
       {"dualpath_errors_total",
        k::counter,
-       "Errors: failed block reads, failed persists, KV verification "
-       "failures, failed streams.",
+       "Errors, by the component that saw them (label source) and what "
+       "failed (label kind: read, persist, verify, stream; error events of "
+       "other actors have source only).",
        {}},
       {"dualpath_reroutes_total",
        k::counter,
-       "Requests re-queued to another engine.",
+       "Requests the scheduler re-queued to another engine after theirs "
+       "failed.",
        {}},
       {"dualpath_tcp_fallback_total",
        k::counter,
-       "Bulk transports that fell back to TCP because RDMA was unavailable.",
+       "Bulk transports that fell back to TCP because RDMA was unavailable "
+       "(tcp_fallback events).",
+       {}},
+      {"dualpath_prefetch_blocks_total",
+       k::counter,
+       "Full Blocks the prefetching reader read ahead into DRAM (label "
+       "source: prefetch.<node>).",
+       {}},
+      {"dualpath_prefetch_hits_total",
+       k::counter,
+       "Blocks of a turn's reads that the prefetching reader already held.",
+       {}},
+      {"dualpath_prefetch_misses_total",
+       k::counter,
+       "Blocks of a turn's reads that the prefetching reader did not hold "
+       "(read as usual).",
+       {}},
+      {"dualpath_prefetch_evicted_total",
+       k::counter,
+       "Prefetched blocks the prefetching reader dropped unused to stay "
+       "within storage.prefetch_blocks.",
+       {}},
+      {"dualpath_prefetch_kept_blocks",
+       k::gauge,
+       "Prefetched blocks the prefetching reader holds now.",
+       {}},
+      {"dualpath_gpu_staged_bytes_total",
+       k::counter,
+       "Bytes pushed for a prefill engine's GPU memory that were staged "
+       "through host memory and copied in, because its GPU memory is not "
+       "registered for RDMA (no dma-buf export, or a bulk transport that "
+       "registers host memory only).",
        {}},
   };
 }
@@ -207,8 +248,16 @@ metrics_registry::family& metrics_registry::family_of(const std::string& name,
   auto i = index_.find(name);
   if (i != index_.end())
     return families_[i->second];
-  // First use of an undeclared family.
-  family_spec spec{name, kind, "dualpath metric " + name, {}};
+  // First use of an undeclared family (an extension's snapshot sample, see
+  // docs/extending.md): a name ending in _total is a counter.
+  if (kind == metric_kind::gauge && name.size() > 6
+      && name.compare(name.size() - 6, 6, "_total") == 0)
+    kind = metric_kind::counter;
+  family_spec spec{name,
+                   kind,
+                   "Reported by an actor in its state snapshots; not "
+                   "declared by dualpath (see docs/extending.md).",
+                   {}};
   if (kind == metric_kind::histogram)
     spec.buckets = seconds_buckets();
   index_.emplace(name, families_.size());
@@ -289,11 +338,9 @@ std::string metrics_registry::render() {
     auto& name = f.spec.name;
     out << "# HELP " << name << ' ' << escape_help(f.spec.help) << '\n'
         << "# TYPE " << name << ' ' << type_name(f.spec.kind) << '\n';
-    if (f.series_by_labels.empty() && f.spec.kind != metric_kind::histogram) {
-      // A family with no series yet shows 0, so dashboards see it exists.
-      out << name << " 0\n";
-      continue;
-    }
+    // A family with no series yet shows its HELP and TYPE only: a
+    // placeholder sample without the family's labels would be a series of
+    // its own, and a wrong one.
     for (auto& [labels, s] : f.series_by_labels) {
       if (f.spec.kind != metric_kind::histogram) {
         out << name;

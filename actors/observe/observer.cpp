@@ -33,6 +33,18 @@ struct hub_state {
 using self_ptr = hub_impl::stateful_pointer<hub_state>;
 
 // `name{k="v",...}` for the labels other than `skip`.
+// The labels of a series made from a snapshot or an event: the current
+// mode (if any) and the source (if any).
+label_set labels_of(const observer_hub_config& cfg, const std::string& source) {
+  label_set out;
+  if (cfg.mode)
+    if (auto mode = cfg.mode(); !mode.empty())
+      out.emplace_back("mode", std::move(mode));
+  if (!source.empty())
+    out.emplace_back("source", source);
+  return out;
+}
+
 std::string sample_name(const series_sample& s, const std::string& skip) {
   std::string out = s.name;
   bool first = true;
@@ -81,62 +93,62 @@ void tick(self_ptr self) {
 
 observer_hub_actor spawn_observer_hub(caf::actor_system& sys,
                                       observer_hub_config cfg) {
-  auto hdl = sys.spawn(
-      [cfg = std::move(cfg)](self_ptr self) mutable -> hub_impl::behavior_type {
-        self->state.cfg = std::move(cfg);
-        self->set_down_handler([self](const caf::down_msg& dm) {
-          auto& subs = self->state.subscribers;
-          subs.erase(std::remove_if(subs.begin(), subs.end(),
-                                    [&](const observer_actor& a) {
-                                      return a.address() == dm.source;
-                                    }),
-                     subs.end());
+  auto hdl = sys.spawn([cfg = std::move(cfg)](
+                           self_ptr self) mutable -> hub_impl::behavior_type {
+    self->state.cfg = std::move(cfg);
+    self->set_down_handler([self](const caf::down_msg& dm) {
+      auto& subs = self->state.subscribers;
+      subs.erase(std::remove_if(subs.begin(), subs.end(),
+                                [&](const observer_actor& a) {
+                                  return a.address() == dm.source;
+                                }),
+                 subs.end());
+    });
+    self->attach_functor(
+        [sys = &self->system(), addr = self->address()](const caf::error&) {
+          // Leave the registry only if it still names this hub.
+          auto cur = sys->registry().get<caf::actor>(observer_name);
+          if (cur && cur.address() == addr)
+            sys->registry().erase(observer_name);
         });
-        self->attach_functor(
-            [sys = &self->system(), addr = self->address()](const caf::error&) {
-              // Leave the registry only if it still names this hub.
-              auto cur = sys->registry().get<caf::actor>(observer_name);
-              if (cur && cur.address() == addr)
-                sys->registry().erase(observer_name);
-            });
-        auto period = self->state.cfg.snapshot_period;
-        if (period.count() > 0)
-          self->delayed_send(self, period, tick_atom_v);
-        return {
-            [self](attach_atom, const caf::actor& subscriber) {
-              if (!subscriber)
-                return;
-              auto& subs = self->state.subscribers;
-              auto typed = caf::actor_cast<observer_actor>(subscriber);
-              if (std::find(subs.begin(), subs.end(), typed) != subs.end())
-                return;
-              self->monitor(subscriber);
-              subs.push_back(std::move(typed));
-            },
-            [self](snapshot_atom, const state_snapshot& snap) {
-              if (auto& m = self->state.cfg.metrics)
-                for (auto& s : snap.samples)
-                  m->set(s.name, {{"source", snap.source}}, s.value);
-              broadcast(self, snapshot_atom_v, snap);
-            },
-            [self](event_atom, const event_record& ev) {
-              if (auto& m = self->state.cfg.metrics) {
-                if (ev.kind == "error")
-                  m->add("dualpath_errors_total", {{"source", ev.source}});
-                else if (ev.kind == "reroute")
-                  m->add("dualpath_reroutes_total", {});
-                else if (ev.kind == "tcp_fallback")
-                  m->add("dualpath_tcp_fallback_total", {});
-              }
-              broadcast(self, event_atom_v, ev);
-            },
-            [self](tick_atom) {
-              tick(self);
-              self->delayed_send(self, self->state.cfg.snapshot_period,
-                                 tick_atom_v);
-            },
-        };
-      });
+    auto period = self->state.cfg.snapshot_period;
+    if (period.count() > 0)
+      self->delayed_send(self, period, tick_atom_v);
+    return {
+        [self](attach_atom, const caf::actor& subscriber) {
+          if (!subscriber)
+            return;
+          auto& subs = self->state.subscribers;
+          auto typed = caf::actor_cast<observer_actor>(subscriber);
+          if (std::find(subs.begin(), subs.end(), typed) != subs.end())
+            return;
+          self->monitor(subscriber);
+          subs.push_back(std::move(typed));
+        },
+        [self](snapshot_atom, const state_snapshot& snap) {
+          if (auto& m = self->state.cfg.metrics)
+            for (auto& s : snap.samples)
+              m->set(s.name, labels_of(self->state.cfg, snap.source), s.value);
+          broadcast(self, snapshot_atom_v, snap);
+        },
+        [self](event_atom, const event_record& ev) {
+          if (auto& m = self->state.cfg.metrics) {
+            if (ev.kind == "error")
+              m->add("dualpath_errors_total",
+                     labels_of(self->state.cfg, ev.source));
+            else if (ev.kind == "tcp_fallback")
+              m->add("dualpath_tcp_fallback_total",
+                     labels_of(self->state.cfg, {}));
+          }
+          broadcast(self, event_atom_v, ev);
+        },
+        [self](tick_atom) {
+          tick(self);
+          self->delayed_send(self, self->state.cfg.snapshot_period,
+                             tick_atom_v);
+        },
+    };
+  });
   auto hub = caf::actor_cast<observer_hub_actor>(hdl);
   sys.registry().put(observer_name, hub);
   return hub;

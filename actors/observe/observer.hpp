@@ -6,11 +6,13 @@
 //    snapshot and every event; it is dropped when it terminates;
 //  - snapshot(state_snapshot) from an actor (e.g. a user's behaviour, see
 //    docs/extending.md): forwarded to the subscribers, and its samples become
-//    gauges `<sample name>{source="<source>"}` of the metrics registry, so
-//    they appear on /metrics too;
-//  - event(event_record): forwarded; kinds "error", "reroute" and
-//    "tcp_fallback" also count dualpath_errors_total{source},
-//    dualpath_reroutes_total and dualpath_tcp_fallback_total;
+//    series `<sample name>{mode="<mode>",source="<source>"}` of the
+//    metrics registry (counters when declared so or named `_total`, else
+//    gauges), so they appear on /metrics too;
+//  - event(event_record): forwarded; kinds "error" and "tcp_fallback" also
+//    count dualpath_errors_total{mode,source} and
+//    dualpath_tcp_fallback_total{mode} (reroutes are the scheduler's to
+//    count: it reports them as events and as metrics);
 //  - every `snapshot_period` it runs the registry's collectors and sends one
 //    state_snapshot per node (source = the node; samples = every series
 //    labelled with that node, other labels written into the sample name
@@ -24,7 +26,9 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -49,6 +53,10 @@ struct observer_hub_config {
   std::shared_ptr<metrics_registry> metrics;
   /// Period of the snapshots (actor clock; 0 = no periodic snapshots).
   std::chrono::milliseconds snapshot_period{1000};
+  /// The mode the process runs now (a process runs its modes one after
+  /// another): the `mode` label of the series made from snapshots and
+  /// events; unset or empty: no mode label. Called on the hub's thread.
+  std::function<std::string()> mode;
 };
 
 /// Spawns the hub and registers it under observer_name (replacing an older

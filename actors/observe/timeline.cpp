@@ -5,6 +5,9 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
+
+#include <nlohmann/json.hpp>
 
 #include <caf/make_message.hpp>
 #include <caf/sec.hpp>
@@ -13,43 +16,20 @@ namespace dualpath::actors::observe {
 
 namespace {
 
-void write_string(std::ostringstream& out, const std::string& x) {
-  out << '"';
-  for (auto c : x) {
-    switch (c) {
-      case '"':
-        out << "\\\"";
-        break;
-      case '\\':
-        out << "\\\\";
-        break;
-      case '\n':
-        out << "\\n";
-        break;
-      case '\t':
-        out << "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out << buf;
-        } else {
-          out << c;
-        }
-    }
-  }
-  out << '"';
+using nlohmann::json;
+
+// Microseconds (the format's unit) from emulated nanoseconds; a double
+// holds every ns of a run exactly (< 2^53 ns = 104 days).
+double micros(int64_t ns) {
+  return static_cast<double>(ns) / 1000.0;
 }
 
-// Microseconds with nanosecond precision.
-std::string micros(int64_t ns) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%lld.%03lld",
-                static_cast<long long>(ns / 1000),
-                static_cast<long long>((ns < 0 ? -ns : ns) % 1000));
-  return buf;
-}
+// Where a placed span landed: its process, lane track and begin.
+struct slot {
+  size_t pid = 0;
+  uint32_t tid = 0;
+  int64_t ts_ns = 0;
+};
 
 } // namespace
 
@@ -117,25 +97,23 @@ std::string timeline::to_json() const {
       v.push_back(s);
     }
   }
-  std::ostringstream out;
-  out << "{\"displayTimeUnit\":\"ms\",\"otherData\":{\"clock\":"
-         "\"emulated time since the cluster's start\"},\"traceEvents\":[";
-  bool first = true;
-  auto sep = [&] {
-    if (!first)
-      out << ",\n";
-    first = false;
+  auto events = json::array();
+  auto meta = [&](const char* name, size_t pid, uint32_t tid, json args) {
+    events.push_back({{"name", name},
+                      {"ph", "M"},
+                      {"pid", pid},
+                      {"tid", tid},
+                      {"args", std::move(args)}});
   };
+  // A layer's send on the prefill node and its arrival at the decode node,
+  // by (section, request, layer): the ends of one flow.
+  using flow_key = std::tuple<std::string, uint64_t, int32_t>;
+  std::map<flow_key, std::vector<slot>> sends;
+  std::map<flow_key, std::vector<slot>> arrivals;
   for (size_t p = 0; p < nodes.size(); ++p) {
     auto pid = p + 1;
-    sep();
-    out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":" << pid
-        << ",\"tid\":0,\"args\":{\"name\":";
-    write_string(out, nodes[p]);
-    out << "}}";
-    sep();
-    out << "{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":" << pid
-        << ",\"tid\":0,\"args\":{\"sort_index\":" << pid << "}}";
+    meta("process_name", pid, 0, {{"name", nodes[p]}});
+    meta("process_sort_index", pid, 0, {{"sort_index", pid}});
     uint32_t tid = 1;
     for (auto& track : tracks[nodes[p]]) {
       auto placed = assign_lanes(by_track[{nodes[p], track}]);
@@ -143,39 +121,73 @@ std::string timeline::to_json() const {
       for (auto& x : placed)
         lanes = std::max(lanes, x.lane + 1);
       for (uint32_t l = 0; l < lanes; ++l) {
-        sep();
         auto name = l == 0 ? track : track + " #" + std::to_string(l + 1);
-        out << "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":" << pid
-            << ",\"tid\":" << tid + l << ",\"args\":{\"name\":";
-        write_string(out, name);
-        out << "}}";
-        sep();
-        out << "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":" << pid
-            << ",\"tid\":" << tid + l << ",\"args\":{\"sort_index\":" << tid + l
-            << "}}";
+        meta("thread_name", pid, tid + l, {{"name", name}});
+        meta("thread_sort_index", pid, tid + l, {{"sort_index", tid + l}});
       }
       for (auto& x : placed) {
         auto& s = x.span;
-        sep();
-        out << "{\"name\":";
-        write_string(out, s.name);
-        out << ",\"cat\":";
-        write_string(out, s.name);
-        out << ",\"ph\":\"X\",\"ts\":" << micros(s.begin_ns) << ",\"dur\":"
-            << micros(std::max<int64_t>(0, s.end_ns - s.begin_ns))
-            << ",\"pid\":" << pid << ",\"tid\":" << tid + x.lane
-            << ",\"args\":{\"request\":" << s.request_id;
+        json args = {{"request", s.request_id}};
         if (s.layer >= 0)
-          out << ",\"layer\":" << s.layer;
+          args["layer"] = s.layer;
         if (s.bytes > 0)
-          out << ",\"bytes\":" << s.bytes;
-        out << "}}";
+          args["bytes"] = s.bytes;
+        events.push_back(
+            {{"name", s.name},
+             {"cat", s.name},
+             {"ph", "X"},
+             {"ts", micros(s.begin_ns)},
+             {"dur", micros(std::max<int64_t>(0, s.end_ns - s.begin_ns))},
+             {"pid", pid},
+             {"tid", tid + x.lane},
+             {"args", std::move(args)}});
+        if (s.layer >= 0 && (s.name == "send" || s.name == "receive")) {
+          auto& ends = s.name == "send" ? sends : arrivals;
+          auto space = s.node.rfind(' ');
+          auto section = space == std::string::npos ? std::string{}
+                                                    : s.node.substr(0, space);
+          ends[{section, s.request_id, s.layer}].push_back(
+              slot{pid, tid + x.lane, s.begin_ns});
+        }
       }
       tid += std::max<uint32_t>(lanes, 1);
     }
   }
-  out << "]}\n";
-  return out.str();
+  // Flow events (v1: "s" binds to the slice it starts in, "f" with
+  // binding point "e" to the slice it ends in): one arrow per layer and
+  // request from the send's slice to the arrival's.
+  uint64_t flow_id = 1;
+  for (auto& [key, out] : sends) {
+    auto in = arrivals.find(key);
+    if (in == arrivals.end())
+      continue;
+    auto n = std::min(out.size(), in->second.size());
+    for (size_t k = 0; k < n; ++k, ++flow_id) {
+      auto& a = out[k];
+      auto& b = in->second[k];
+      auto end = [&](const char* ph, const slot& at) {
+        return json{
+            {"name", "layer kv"},
+            {"cat", "layer kv"},
+            {"ph", ph},
+            {"id", flow_id},
+            {"ts", micros(at.ts_ns)},
+            {"pid", at.pid},
+            {"tid", at.tid},
+            {"args",
+             {{"request", std::get<1>(key)}, {"layer", std::get<2>(key)}}}};
+      };
+      events.push_back(end("s", a));
+      auto last = end("f", b);
+      last["bp"] = "e";
+      events.push_back(std::move(last));
+    }
+  }
+  json doc = {
+      {"displayTimeUnit", "ms"},
+      {"otherData", {{"clock", "emulated time since the cluster's start"}}},
+      {"traceEvents", std::move(events)}};
+  return doc.dump() + "\n";
 }
 
 caf::error timeline::write(const std::string& path) const {

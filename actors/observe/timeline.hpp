@@ -5,7 +5,10 @@
 // mode: "dualpath pe0"), one thread track per engine ("gpu0") and per NIC
 // ("snic", "cnic0"). Spans are complete events ("ph":"X") with their
 // request id, layer and bytes in `args`; timestamps are emulated
-// microseconds since the cluster's start.
+// microseconds since the cluster's start. Flow events ("ph":"s"/"f") join
+// each layer's "send" span on a prefill node to the "receive" span of the
+// same section, request and layer at the decode node. Written with
+// nlohmann-json.
 //
 // Nesting: viewers require the slices of one thread track to nest (a slice
 // either contains another or is disjoint from it). Spans that overlap

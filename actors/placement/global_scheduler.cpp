@@ -168,7 +168,8 @@ void observe_load(const scheduler_state& s, const engine_load& e) {
              static_cast<double>(e.free_hbm_bytes));
 }
 
-// Observation: a finished request's latencies, errors and reroutes.
+// Observation: a finished request's latencies and errors (reroutes are
+// counted by requeue()).
 void observe_done(const scheduler_state& s, const request_result& r) {
   auto& h = s.cfg.hooks;
   if (!h)
@@ -182,8 +183,6 @@ void observe_done(const scheduler_state& s, const request_result& r) {
     h->count("dualpath_errors_total",
              {{"source", "decode_engine"}, {"kind", "verify"}},
              r.verify_failures);
-  if (r.reroutes > 0)
-    h->count("dualpath_reroutes_total", {}, r.reroutes);
 }
 
 // Records the decisions of one policy call. Assignments of `for_group` (the
@@ -264,6 +263,9 @@ void requeue(self_ptr self, tracked_request& t, const std::string& why) {
   ++s.counters.rerouted;
   s.waiting.push_front(t.info);
   emit_event(self, "reroute", t.spec.id, why);
+  // Counted when it happens (a rerouted request may never complete).
+  if (s.cfg.hooks)
+    s.cfg.hooks->count("dualpath_reroutes_total", {});
 }
 
 // Requests routed to a lost decode group (or assigned to a lost prefill

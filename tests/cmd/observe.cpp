@@ -194,28 +194,50 @@ double total(const std::map<std::string, double>& xs,
 // Parses `text` with the Prometheus project's own parser (Debian's
 // python3-prometheus-client, installed by setup.sh): the number of metric
 // families, -1 when the parser refused the text, -2 when it is not installed.
-int official_parse(const temp_dir& dir, const std::string& text) {
-  if (std::system("/usr/bin/python3 -c 'import prometheus_client' "
-                  ">/dev/null 2>&1")
-      != 0)
-    return -2;
-  auto file = dir.file("scrape.txt");
-  dualpath::test::write_file(file, text);
-  auto cmd = "/usr/bin/python3 -c 'import sys; from prometheus_client.parser "
-             "import text_string_to_metric_families as parse; "
-             "print(len(list(parse(open(sys.argv[1]).read()))))' "
-             + file + " 2>&1";
-  auto* p = ::popen(cmd.c_str(), "r");
+// Runs `cmd` (a shell command line); its exit status and output.
+std::pair<int, std::string> shell(const std::string& cmd) {
+  std::string out;
+  auto* p = ::popen((cmd + " 2>&1").c_str(), "r");
   if (p == nullptr)
-    return -1;
-  char buf[256] = {0};
-  auto n = std::fread(buf, 1, sizeof(buf) - 1, p);
-  buf[n] = 0;
-  if (::pclose(p) != 0) {
-    MESSAGE("prometheus_client refused the scrape: " << buf);
-    return -1;
+    return {-1, "popen failed"};
+  char buf[4096];
+  size_t n = 0;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0)
+    out.append(buf, n);
+  auto status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// Every scrape passes the ecosystem's own checks: `promtool check metrics`
+// (Prometheus's linter: types, _total counters, units, help) and the
+// official Python client's parser. Both come from Debian packages that
+// setup.sh installs (prometheus, python3-prometheus-client); a missing
+// tool fails the test, never skips it.
+void check_every_scrape(const temp_dir& dir,
+                        const std::vector<std::string>& scrapes) {
+  REQUIRE_MESSAGE(shell("command -v promtool").first == 0,
+                  "promtool not found: ./setup.sh deps installs the Debian "
+                  "package prometheus");
+  REQUIRE_MESSAGE(
+      shell("/usr/bin/python3 -c 'import prometheus_client'").first == 0,
+      "prometheus_client not importable by /usr/bin/python3: ./setup.sh deps "
+      "installs python3-prometheus-client");
+  auto file = dir.file("scrape.txt");
+  size_t i = 0;
+  for (auto& text : scrapes) {
+    CAPTURE(i++);
+    dualpath::test::write_file(file, text);
+    auto lint = shell("promtool check metrics < " + file);
+    CHECK_MESSAGE(lint.first == 0, "promtool: " << lint.second);
+    CHECK_MESSAGE(lint.second.empty(), "promtool: " << lint.second);
+    auto parsed =
+        shell("/usr/bin/python3 -c 'import sys; from prometheus_client.parser "
+              "import text_string_to_metric_families as parse; "
+              "print(len(list(parse(open(sys.argv[1]).read()))))' "
+              + file);
+    CHECK_MESSAGE(parsed.first == 0, "prometheus_client: " << parsed.second);
+    CHECK(std::atoi(parsed.second.c_str()) >= 20);
   }
-  return std::atoi(buf);
 }
 
 // The status code of the answer to `request` sent on a raw connection.
@@ -315,7 +337,8 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   REQUIRE_MESSAGE(!first.empty(), "no endpoint; stderr: " << run.err());
-  CHECK(raw_status(port, "GARBAGE\r\n\r\n") == 400);
+  CHECK(raw_status(port, "GET metrics HTTP/1.1\r\nHost: x\r\n\r\n") == 400);
+  CHECK(raw_status(port, "GARBAGE\r\n\r\n") == -1); // not HTTP: closed
   CHECK(raw_status(port, "GET /nope HTTP/1.1\r\nHost: x\r\n\r\n") == 404);
   CHECK(raw_status(port, "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n") == 405);
   CHECK(raw_status(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n"
@@ -337,14 +360,7 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
     for (auto& [k, v] : parsed[i - 1])
       if (k.find("_total") != std::string::npos && parsed[i].count(k))
         CHECK_MESSAGE(parsed[i].at(k) >= v, k);
-  for (auto* text : {&scrapes.front(), &scrapes.back()}) {
-    auto families = official_parse(dir, *text);
-    if (families == -2)
-      MESSAGE("python3-prometheus-client not installed: official parse "
-              "skipped (setup.sh installs it)");
-    else
-      CHECK(families >= 18);
-  }
+  check_every_scrape(dir, scrapes);
   auto& a = parsed.front();
   auto& b = parsed.back();
   for (auto family :
@@ -360,9 +376,27 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
     buffer_peak =
         std::max(buffer_peak, total(x, "dualpath_reader_buffer_used_bytes"));
   CHECK(buffer_peak > 0);
-  CHECK(b.count("dualpath_tcp_fallback_total") == 1);
-  CHECK(b.count("dualpath_errors_total") + total(b, "dualpath_errors_total")
-        >= 1); // present (0 when nothing failed)
+  // Declared even without series (no placeholder samples).
+  CHECK(scrapes.back().find("# TYPE dualpath_tcp_fallback_total counter")
+        != std::string::npos);
+  CHECK(scrapes.back().find("# TYPE dualpath_errors_total counter")
+        != std::string::npos);
+  // Both modes ran in this process: every cluster series names its mode.
+  for (auto family :
+       {"dualpath_snic_bytes_total", "dualpath_requests_completed_total"}) {
+    CAPTURE(family);
+    bool basic = false;
+    bool dualpath = false;
+    for (auto& [k, v] : b) {
+      if (k.rfind(family, 0) != 0)
+        continue;
+      CHECK_MESSAGE(k.find("mode=\"") != std::string::npos, k);
+      basic = basic || k.find("mode=\"basic\"") != std::string::npos;
+      dualpath = dualpath || k.find("mode=\"dualpath\"") != std::string::npos;
+    }
+    CHECK(basic);
+    CHECK(dualpath);
+  }
   // The timeline.
   std::ifstream in{trace};
   REQUIRE(in);
@@ -385,6 +419,30 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
       s.layer = ev["args"]["layer"];
     CHECK(s.dur >= 0);
     spans.push_back(s);
+  }
+  // Flows: every layer's send on a prefill node starts one, and it ends on
+  // that layer's arrival at a decode node.
+  std::map<uint64_t, const json*> flow_start, flow_end;
+  size_t sends = 0;
+  for (auto& ev : doc.at("traceEvents")) {
+    if (ev["ph"] == "s")
+      flow_start[ev["id"].get<uint64_t>()] = &ev;
+    if (ev["ph"] == "f")
+      flow_end[ev["id"].get<uint64_t>()] = &ev;
+    if (ev["ph"] == "X" && ev["name"] == "send")
+      ++sends;
+  }
+  CHECK(sends > 0);
+  CHECK(flow_start.size() == sends);
+  for (auto& [id, st] : flow_start) {
+    REQUIRE(flow_end.count(id) == 1);
+    auto& en = *flow_end[id];
+    CHECK((*st)["args"] == en["args"]);
+    auto from = process[(*st)["pid"].get<int>()];
+    auto to = process[en["pid"].get<int>()];
+    CHECK_MESSAGE(from.find(" pe") != std::string::npos, from);
+    CHECK_MESSAGE(to.find(" de") != std::string::npos, to);
+    CHECK((*st)["ts"].get<double>() <= en["ts"].get<double>() + 0.002);
   }
   // Every track nests.
   std::map<std::pair<int, int>, std::vector<const span*>> tracks;
@@ -428,11 +486,15 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
       for (auto& s : spans)
         if (s.request == id && s.layer >= 0
             && process[s.pid].rfind(mode + " ", 0) == 0) {
-          CHECK_MESSAGE(inside(s, *pre), s.name << " of layer " << s.layer);
+          // The arrival at the decode node is on that node, not in the
+          // prefill (its flow from the send is checked above).
+          if (s.name != "receive")
+            CHECK_MESSAGE(inside(s, *pre), s.name << " of layer " << s.layer);
           steps[s.name].insert(s.layer);
         }
       CHECK(steps["compute"].size() == layers.size());
       CHECK(steps["send"].size() == layers.size());
+      CHECK(steps["receive"].size() == layers.size());
       // Hit blocks reach the GPU per layer: locally (h2d) or pushed from the
       // decode node (transfer).
       std::set<int> loaded = steps["h2d"];
@@ -456,6 +518,7 @@ TEST_CASE("the extension example: a run with the prefetching reader") {
   CHECK(m["verify_failures"] == 0);
   CHECK(m["blocks_verified"].get<double>() > 0);
   REQUIRE(!scrapes.empty());
+  check_every_scrape(dir, scrapes);
   double prefetched = 0;
   for (auto& s : scrapes)
     prefetched = std::max(prefetched, total(parse_prometheus(s),

@@ -2,10 +2,14 @@
 // `dualpath run` as a real process on a small emulated cluster: every mode
 // completes with every block verified byte-exact; Oracle reads nothing;
 // Basic reads nothing on the decode side; DualPath reads on both sides; the
-// JSON has the documented keys; bad input exits 2 naming what was wrong.
+// JSON has the documented keys; bad input exits 2 naming what was wrong;
+// gpu.backend decides where the KV lives and says so.
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -146,6 +150,41 @@ TEST_CASE("the human report names every mode and the ratios") {
   CHECK(res.out.find("Basic / DualPath JCT") != std::string::npos);
   CHECK(res.out.find("blocks verified") != std::string::npos);
   CHECK(res.out.find("byte scale 656") != std::string::npos);
+  // How far each mode is from its bound, beside its JCT.
+  CHECK(res.out.find("agents done p50/p90 (s)") != std::string::npos);
+  CHECK(res.out.find("JCT / bound") != std::string::npos);
+  CHECK(res.out.find("bounds (fluid") != std::string::npos);
+  CHECK(res.out.find("prefill compute") != std::string::npos);
+  CHECK(res.out.find("PE storage NICs") != std::string::npos);
+  CHECK(res.out.find("all storage NICs") != std::string::npos);
+}
+
+TEST_CASE("whole trajectories (--turns 0): every turn verified byte-exact") {
+  temp_dir dir;
+  dualpath::test::write_file(
+      dir.file("trace.jsonl"),
+      "{\"agent\": 0, \"turns\": [{\"append\": 700, \"gen\": 100}, "
+      "{\"append\": 200, \"gen\": 50}, {\"append\": 90, \"gen\": 10}]}\n"
+      "{\"agent\": 1, \"turns\": [{\"append\": 500, \"gen\": 20}, "
+      "{\"append\": 30, \"gen\": 30}]}\n");
+  auto doc = run_json(dir, {"--mode", "basic,dualpath", "--turns", "0",
+                            "--trace-file", dir.file("trace.jsonl")});
+  CHECK(doc["requests_per_mode"].get<int>() == 5);
+  for (auto mode : {"basic", "dualpath"}) {
+    CAPTURE(mode);
+    auto& m = doc["modes"][mode];
+    CHECK(m["requests"].get<int>() == 5);
+    CHECK(m["failed_requests"].get<int>() == 0);
+    CHECK(m["verify_failures"].get<int>() == 0);
+    // Every block of every prompt's KV (hit or computed) is checked at its
+    // decode engine: ceil(prompt / 64) = 11 + 16 + 18 + 8 + 9.
+    CHECK(m["blocks_verified"].get<int>() == 62);
+  }
+  // Only what earlier turns persisted can hit: 768 + 1,024 + 512 tokens, all
+  // of them read (ds-660b: 656 B x 61 layers per token).
+  CHECK(doc["bounds"]["hit_tokens"].get<int>() == 2304);
+  CHECK(doc["modes"]["basic"]["bytes_read_pe_side"].get<uint64_t>()
+        == 2304ull * 656 * 61);
 }
 
 TEST_CASE("bad input exits 2 naming what was wrong") {
@@ -156,9 +195,9 @@ TEST_CASE("bad input exits 2 naming what was wrong") {
   auto bad_sweep = run_process(small_run(dir, {"--aps-sweep", "1,x"}));
   CHECK(bad_sweep.status == 2);
   CHECK(bad_sweep.err.find("'x'") != std::string::npos);
-  auto zero_turns = run_process(small_run(dir, {"--turns", "0"}));
-  CHECK(zero_turns.status == 2);
-  CHECK(zero_turns.err.find("run.turns") != std::string::npos);
+  auto negative_turns = run_process(small_run(dir, {"--turns", "-1"}));
+  CHECK(negative_turns.status == 2);
+  CHECK(negative_turns.err.find("run.turns") != std::string::npos);
   dualpath::test::write_file(dir.file("bad.jsonl"),
                              "{\"agent\": 1, \"turns\": [{\"append\": 0, "
                              "\"gen\": 3}]}\n");
@@ -167,4 +206,93 @@ TEST_CASE("bad input exits 2 naming what was wrong") {
   CHECK(bad_trace.status == 2);
   CHECK(bad_trace.err.find("line 1") != std::string::npos);
   CHECK(bad_trace.err.find("append") != std::string::npos);
+}
+
+TEST_CASE("gpu.backend: auto says where the KV lives once; cuda needs a GPU") {
+  temp_dir dir;
+  // auto: the choice is stated once on stderr and in the JSON; without a
+  // CUDA device host memory stands in for HBM.
+  auto res =
+      run_process(small_run(dir, {"--json", "--mode", "dualpath", "--turns",
+                                  "1", "--set", "gpu.backend=auto"}));
+  REQUIRE_MESSAGE(res.status == 0, res.err);
+  auto doc = json::parse(res.out);
+  REQUIRE(doc.contains("gpu"));
+  auto backend = doc["gpu"]["backend"].get<std::string>();
+  auto reason = doc["gpu"]["reason"].get<std::string>();
+  MESSAGE(reason);
+  CHECK(reason.rfind("gpu.backend=auto: ", 0) == 0);
+  auto line = "dualpath run: " + reason;
+  auto first = res.err.find(line);
+  REQUIRE(first != std::string::npos);
+  CHECK(res.err.find(line, first + 1) == std::string::npos); // once
+  auto& m = doc["modes"]["dualpath"];
+  CHECK(m["verify_failures"].get<int>() == 0);
+  CHECK(m["blocks_verified"].get<int>() > 0);
+  // cuda: with a device the same run verifies every block in GPU memory;
+  // without one it is bad input naming the key and the missing device.
+  auto forced =
+      run_process(small_run(dir, {"--json", "--mode", "dualpath", "--turns",
+                                  "1", "--set", "gpu.backend=cuda"}));
+  if (backend == "cuda") {
+    REQUIRE_MESSAGE(forced.status == 0, forced.err);
+    auto fdoc = json::parse(forced.out);
+    CHECK(fdoc["gpu"]["backend"].get<std::string>() == "cuda");
+    CHECK(fdoc["modes"]["dualpath"]["verify_failures"].get<int>() == 0);
+    CHECK(fdoc["modes"]["dualpath"]["blocks_verified"].get<int>() > 0);
+    CHECK(forced.err.find("engine rank -> CUDA device") != std::string::npos);
+  } else {
+    CHECK(backend == "host");
+    CHECK(reason.find("host memory stands in for HBM, because")
+          != std::string::npos);
+    CHECK(forced.status == 2);
+    CHECK(forced.err.find("gpu.backend = cuda") != std::string::npos);
+    CHECK(forced.err.find("no CUDA device") != std::string::npos);
+    CHECK(forced.out.empty());
+  }
+  // host: as configured, whatever the machine has.
+  auto host = run_process(
+      small_run(dir, {"--json", "--mode", "dualpath", "--turns", "1", "--set",
+                      "gpu.backend=host", "--set", "gpu.device=5"}));
+  REQUIRE_MESSAGE(host.status == 0, host.err);
+  auto hdoc = json::parse(host.out);
+  CHECK(hdoc["gpu"]["backend"].get<std::string>() == "host");
+  CHECK(hdoc["gpu"]["reason"].get<std::string>().find("as configured")
+        != std::string::npos);
+  auto bad = run_process(small_run(dir, {"--set", "gpu.backend=tpu"}));
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("gpu.backend") != std::string::npos);
+}
+
+TEST_CASE("CAF's own options reach the run's actor system") {
+  // CAF's profiler writes one line per worker thread and sample: the worker
+  // ids show how many threads the scheduler ran.
+  temp_dir dir;
+  auto workers = [&](std::vector<std::string> extra) {
+    auto prof = dir.file("profile.txt");
+    std::remove(prof.c_str());
+    extra.insert(extra.end(), {"--mode", "basic", "--set", "caf.profiling=true",
+                               "--set", "caf.profiling_file=" + prof});
+    auto res = run_process(small_run(dir, extra));
+    REQUIRE_MESSAGE(res.status == 0, res.err);
+    std::ifstream in{prof};
+    std::set<int> ids;
+    std::string clock, type;
+    int id = 0;
+    std::string rest;
+    std::getline(in, rest); // the column names
+    while (in >> clock >> type >> id && std::getline(in, rest))
+      if (type == "worker")
+        ids.insert(id);
+    return ids.size();
+  };
+  auto ini = dir.file("caf.ini");
+  dualpath::test::write_file(ini, "[scheduler]\nmax-threads=5\n");
+  CHECK(workers({"--scheduler.max-threads=3"}) == 3);
+  CHECK(workers({"--config-file=" + ini}) == 5);
+  // The command line over the file, as CAF orders them.
+  CHECK(workers({"--config-file=" + ini, "--scheduler.max-threads=2"}) == 2);
+  auto bad = run_process(small_run(dir, {"--scheduler.max-threads=0"}));
+  CHECK(bad.status == 2);
+  CHECK(bad.err.find("'scheduler.max-threads' = 0") != std::string::npos);
 }

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "scheduler/workload/generator.hpp"
 #include "tests/support/support.hpp"
 
 using dualpath::test::dualpath_binary;
@@ -127,6 +128,85 @@ TEST_CASE("the report is run's plus the simulation's cost") {
         == doc["modes"]["basic"]["bytes_read_pe_side"].get<uint64_t>());
 }
 
+TEST_CASE("--turns 0 submits every turn of every trajectory") {
+  // The workload.* defaults are trace-64k's preset; six agents as small().
+  auto p = dualpath::scheduler::workload::preset("trace-64k");
+  REQUIRE(p);
+  p->agents = 6;
+  auto trace = dualpath::scheduler::workload::generate(*p);
+  REQUIRE(trace);
+  uint64_t turns = 0;
+  for (auto& t : *trace)
+    turns += t.turns.size();
+  auto doc = run_json(
+      small("sim", {"--mode", "basic,dualpath,oracle", "--turns", "0"}));
+  CHECK(doc["requests_per_mode"].get<uint64_t>() == turns);
+  // Nothing is in storage when the first turns arrive.
+  CHECK(doc["mean_hit_share"].get<double>() == 0);
+  auto& b = doc["bounds"];
+  auto hit_bytes = b["hit_bytes"].get<uint64_t>();
+  CHECK(hit_bytes > 0);
+  for (auto mode : {"basic", "dualpath", "oracle"}) {
+    CAPTURE(mode);
+    auto& m = doc["modes"][mode];
+    CHECK(m["requests"].get<uint64_t>() == turns);
+    CHECK(m["failed_requests"].get<int>() == 0);
+    // A fluid bound is a lower bound: no mode beats it.
+    CHECK(m["bound_s"].get<double>() > 0);
+    CHECK(m["jct_over_bound"].get<double>() >= 1.0);
+    CHECK(m["jct_over_bound"].get<double>()
+          == doctest::Approx(m["jct_s"].get<double>()
+                             / m["bound_s"].get<double>()));
+  }
+  // Each mode is held to the larger of compute and the paths it reads on.
+  auto compute = b["prefill_compute_s"].get<double>();
+  CHECK(doc["modes"]["basic"]["bound_s"].get<double>()
+        == doctest::Approx(std::max(compute, b["pe_snic_s"].get<double>())));
+  CHECK(doc["modes"]["dualpath"]["bound_s"].get<double>()
+        == doctest::Approx(std::max(compute, b["all_snic_s"].get<double>())));
+  CHECK(doc["modes"]["oracle"]["bound"] == "prefill_compute");
+  // The bounds' hit rule is what the store gave: every hit byte was read.
+  auto& basic = doc["modes"]["basic"];
+  auto& dual = doc["modes"]["dualpath"];
+  CHECK(basic["bytes_read_pe_side"].get<uint64_t>() == hit_bytes);
+  CHECK(dual["bytes_read_pe_side"].get<uint64_t>()
+            + dual["bytes_read_de_side"].get<uint64_t>()
+        == hit_bytes);
+  // One 400 Gb/s storage NIC per node: 5e10 B/s on the PE side, 1e11 in all.
+  CHECK(b["pe_snic_s"].get<double>()
+        == doctest::Approx(static_cast<double>(hit_bytes) / 5e10));
+  CHECK(b["all_snic_s"].get<double>()
+        == doctest::Approx(static_cast<double>(hit_bytes) / 1e11));
+  CHECK(b["prefill_compute_s"].get<double>() > 0);
+}
+
+TEST_CASE("--turns 0 honours a trace file's own history turns") {
+  temp_dir dir;
+  // Agent 0: three turns, nothing in storage. Agent 1: four turns, the first
+  // two history (in storage by the file's statement).
+  dualpath::test::write_file(
+      dir.file("trace.jsonl"),
+      "{\"agent\": 0, \"turns\": [{\"append\": 700, \"gen\": 100}, "
+      "{\"append\": 200, \"gen\": 50}, {\"append\": 90, \"gen\": 10}]}\n"
+      "{\"agent\": 1, \"turns\": [{\"append\": 500, \"gen\": 20}, "
+      "{\"append\": 30, \"gen\": 30}, {\"append\": 100, \"gen\": 5}, "
+      "{\"append\": 64, \"gen\": 1}], \"history\": 2}\n");
+  auto doc = run_json(small("sim", {"--mode", "basic,dualpath", "--turns", "0",
+                                    "--trace-file", dir.file("trace.jsonl")}));
+  // 3 + (4 - 2) requests.
+  CHECK(doc["requests_per_mode"].get<int>() == 5);
+  for (auto mode : {"basic", "dualpath"})
+    CHECK(doc["modes"][mode]["requests"].get<int>() == 5);
+  // Hits in 64-token blocks of the context before each append: agent 0
+  // 0 + 768 (of 800) + 1,024 (of 1,050); agent 1 576 (of its 580-token
+  // history) + 640 (of 685): 3,008 tokens x 656 B x 61 layers.
+  const uint64_t hit_bytes = 3008ull * 656 * 61;
+  CHECK(doc["bounds"]["hit_tokens"].get<uint64_t>() == 3008);
+  CHECK(doc["bounds"]["hit_bytes"].get<uint64_t>() == hit_bytes);
+  CHECK(doc["modes"]["basic"]["bytes_read_pe_side"].get<uint64_t>()
+        == hit_bytes);
+}
+
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool sanitized = true;
 #else
@@ -196,9 +276,9 @@ TEST_CASE("bad input exits 2 naming what was wrong") {
   auto bad_mode = run_process(small("sim", {"--mode", "turbo"}));
   CHECK(bad_mode.status == 2);
   CHECK(bad_mode.err.find("turbo") != std::string::npos);
-  auto zero_turns = run_process(small("sim", {"--turns", "0"}));
-  CHECK(zero_turns.status == 2);
-  CHECK(zero_turns.err.find("run.turns") != std::string::npos);
+  auto negative_turns = run_process(small("sim", {"--turns", "-1"}));
+  CHECK(negative_turns.status == 2);
+  CHECK(negative_turns.err.find("run.turns") != std::string::npos);
   // Coarse steps are a simulation's knob: run moves and verifies every layer.
   temp_dir dir;
   auto coarse_run =

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config/capacity.hpp"
 #include "config/profiles.hpp"
 #include "tests/support/support.hpp"
 
@@ -175,4 +176,46 @@ TEST_CASE("suggestions find plausible typos only") {
   CHECK(suggest_key("model.layer") == "model.layers");
   CHECK(suggest_key("completely.unrelated") == "");
   CHECK(edit_distance("kitten", "sitting") == 3);
+}
+
+TEST_CASE("sizes are checked against what the process can hold") {
+  auto message = [](std::vector<override_entry> overrides) {
+    load_request req;
+    req.overrides = std::move(overrides);
+    auto res = load(req);
+    REQUIRE_FALSE(res);
+    CHECK(res.error().code()
+          == static_cast<uint8_t>(config_errc::out_of_range));
+    return message_of(res.error());
+  };
+  // Larger than a 32-bit field: refused by range, naming the key.
+  auto m = message({"storage.block_tokens=2147483648"});
+  CHECK(m.find("'storage.block_tokens' = 2147483648") != std::string::npos);
+  CHECK(m.find("at most 2147483647") != std::string::npos);
+  // In range, but one block file is larger than memory (61 layers x 2^31
+  // tokens x 1 byte = 122 GiB here; no host running this suite has that).
+  m = message({"storage.block_tokens=2147483647"});
+  CHECK(m.find("'storage.block_tokens' = 2147483647 (--set) asks for one KV "
+               "block file of 122.0 GiB")
+        != std::string::npos);
+  // Fits alone (12.2 GB), but a node's buffer must hold four of them (two
+  // longest prompts of one block each, plus two).
+  m = message({"storage.block_tokens=200000000"});
+  CHECK(m.find("'storage.block_tokens'") != std::string::npos);
+  CHECK(m.find("a node's DRAM buffer") != std::string::npos);
+  m = message({"hardware.dram_buffer_gib=99999999"});
+  CHECK(m.find("'hardware.dram_buffer_gib'") != std::string::npos);
+  m = message({"transport.max_frame_mib=99999999999"});
+  CHECK(m.find("'transport.max_frame_mib'") != std::string::npos);
+  m = message({"workload.agents=2000000000"});
+  CHECK(m.find("'workload.agents'") != std::string::npos);
+  // The check itself, against a given amount of memory: the defaults fit in
+  // 1 GiB, not in 1 MiB.
+  settings defaults;
+  CHECK_FALSE(check_capacity(defaults, uint64_t{1} << 30));
+  auto small = check_capacity(defaults, uint64_t{1} << 20);
+  REQUIRE(small);
+  CHECK(message_of(small).find("more than this process can hold (1.0 MiB")
+        != std::string::npos);
+  CHECK_GT(host_memory_bytes(), uint64_t{0});
 }

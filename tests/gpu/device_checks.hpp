@@ -7,24 +7,33 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gpu/checksum.hpp"
 #include "gpu/device.hpp"
+#include "gpu/host_memory.hpp"
 
 namespace dualpath::gpu::checks {
 
 using factory = std::function<std::shared_ptr<device>(uint64_t budget)>;
 
+/// Host bytes a check pins: whole pages of their own (gpu/host_memory.hpp),
+/// so that two pinned buffers never share a page.
+using pinnable = std::vector<std::byte, page_allocator<std::byte>>;
+
 /// Deterministic bytes (a Layer Block stand-in): a function of seed and index.
-inline std::vector<std::byte> pattern(size_t n, uint64_t seed) {
-  std::vector<std::byte> out(n);
+inline pinnable pattern(size_t n, uint64_t seed) {
+  pinnable out(n);
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (size_t i = 0; i < n; ++i) {
     x ^= x << 13;
@@ -68,7 +77,7 @@ inline void copies_are_byte_exact(const factory& make, copy_method method) {
   constexpr size_t rows = 61 * 64; // 61 layers x 64 tokens
   constexpr size_t bytes = row * rows;
   auto src = pattern(bytes, 7);
-  std::vector<std::byte> back(bytes, std::byte{0});
+  pinnable back(bytes, std::byte{0});
   auto src_pin = dev->pin(src.data(), src.size());
   REQUIRE(src_pin);
   auto back_pin = dev->pin(back.data(), back.size());
@@ -109,6 +118,30 @@ inline void copies_are_byte_exact(const factory& make, copy_method method) {
   CHECK(back == src);
 }
 
+/// `bytes` of a pattern submitted host -> device -> host on `s` (nothing
+/// waited for): `back` equals `src` once the stream got there.
+struct round_trip {
+  pinnable src;
+  pinnable back;
+  pinned_host src_pin;
+  pinned_host back_pin;
+  device_buffer buf;
+
+  round_trip(device& dev, size_t bytes, uint64_t seed, stream& s)
+      : src(pattern(bytes, seed)), back(bytes) {
+    auto a = dev.pin(src.data(), bytes);
+    auto b = dev.pin(back.data(), bytes);
+    auto d = dev.allocate(bytes);
+    REQUIRE((a && b && d));
+    src_pin = std::move(*a);
+    back_pin = std::move(*b);
+    buf = std::move(*d);
+    std::vector<copy_chunk> whole{{0, 0, bytes}};
+    REQUIRE(!dev.copy_h2d(src_pin, buf, whole, s));
+    REQUIRE(!dev.copy_d2h(buf, back_pin, whole, s));
+  }
+};
+
 /// Events: a fresh event is complete; an event recorded after a large copy
 /// completes once the copy has, and the copied bytes are then visible.
 inline void events_complete_after_work(const factory& make) {
@@ -120,18 +153,7 @@ inline void events_complete_after_work(const factory& make) {
   auto fresh = dev->query(*ev);
   REQUIRE(fresh);
   CHECK(*fresh); // never recorded counts as complete
-  constexpr size_t bytes = 128ull << 20;
-  auto src = pattern(bytes, 3);
-  std::vector<std::byte> back(bytes);
-  auto src_pin = dev->pin(src.data(), bytes);
-  auto back_pin = dev->pin(back.data(), bytes);
-  REQUIRE(src_pin);
-  REQUIRE(back_pin);
-  auto buf = dev->allocate(bytes);
-  REQUIRE(buf);
-  std::vector<copy_chunk> whole{{0, 0, bytes}};
-  REQUIRE(!dev->copy_h2d(*src_pin, *buf, whole, *s));
-  REQUIRE(!dev->copy_d2h(*buf, *back_pin, whole, *s));
+  round_trip trip{*dev, 128ull << 20, 3, *s};
   REQUIRE(!dev->record(*ev, *s));
   // Poll like an engine would: query until complete (bounded).
   caf::expected<bool> q{false};
@@ -139,7 +161,7 @@ inline void events_complete_after_work(const factory& make) {
     q = dev->query(*ev);
   REQUIRE(q);
   CHECK(*q);
-  CHECK(back == src);
+  CHECK(trip.back == trip.src);
   // Re-recording on an idle stream completes too; stream sync works.
   REQUIRE(!dev->record(*ev, *s));
   REQUIRE(!dev->synchronize(*s));
@@ -186,7 +208,7 @@ inline void budget_is_enforced(const factory& make) {
 inline void bad_arguments_are_errors(const factory& make) {
   auto dev = make(8ull << 20);
   auto other = make(8ull << 20);
-  std::vector<std::byte> host(4096);
+  pinnable host(4096);
   auto pin = dev->pin(host.data(), host.size());
   REQUIRE(pin);
   auto buf = dev->allocate(1024);
@@ -220,6 +242,163 @@ inline void bad_arguments_are_errors(const factory& make) {
   // A valid copy still works after the refusals.
   CHECK(!dev->copy_h2d(*pin, *buf, {{0, 0, 1024}}, *s));
   CHECK(!dev->synchronize(*s));
+}
+
+/// notify(): the function runs after the work submitted before it (the
+/// copied bytes are visible when it runs), never inline, exactly once; work
+/// submitted after it still completes.
+inline void notify_runs_after_work(const factory& make) {
+  auto dev = make(256ull << 20);
+  auto s = dev->make_stream();
+  REQUIRE(s);
+  auto ev = dev->make_event();
+  REQUIRE(ev);
+  round_trip trip{*dev, 64ull << 20, 21, *s};
+  REQUIRE(!dev->record(*ev, *s));
+  std::mutex mtx;
+  std::condition_variable cv;
+  int calls = 0;
+  bool saw_bytes = false;
+  auto caller = std::this_thread::get_id();
+  std::thread::id ran_on;
+  REQUIRE(!dev->notify(*ev, *s, [&] {
+    std::lock_guard<std::mutex> guard{mtx};
+    ++calls;
+    ran_on = std::this_thread::get_id();
+    saw_bytes = trip.back == trip.src;
+    cv.notify_all();
+  }));
+  {
+    std::unique_lock<std::mutex> guard{mtx};
+    REQUIRE(cv.wait_for(guard, std::chrono::seconds(30),
+                        [&] { return calls > 0; }));
+  }
+  REQUIRE(!dev->synchronize(*s));
+  std::lock_guard<std::mutex> guard{mtx};
+  CHECK_EQ(calls, 1);
+  CHECK(saw_bytes);
+  CHECK(ran_on != caller);
+  // Bad arguments are errors, and the function is never called for them.
+  event empty;
+  CHECK(dev->notify(empty, *s, [&] { ++calls; }) == gpu_errc::invalid_handle);
+  CHECK(dev->notify(*ev, *s, nullptr) == gpu_errc::invalid_argument);
+  CHECK_EQ(calls, 1);
+}
+
+/// enqueue_checksums(): the checksum of every segment of a grid (a decode
+/// slot's Layer Blocks: rows = layers, segments = blocks, a shorter last
+/// block, an unaligned start) equals the host reference; only the results
+/// come back; out-of-bounds grids and result areas are refused.
+inline void segment_checksums_match(const factory& make) {
+  auto dev = make(64ull << 20);
+  constexpr size_t layers = 7;
+  constexpr size_t tokens = 150; // 2 full blocks of 64 and one of 22
+  constexpr size_t bpt = 13;     // odd: most segments start unaligned
+  constexpr size_t offset = 3;
+  constexpr size_t row = tokens * bpt;
+  const size_t bytes = offset + layers * row;
+  auto src = pattern(bytes, 31);
+  auto pin = dev->pin(src.data(), src.size());
+  REQUIRE(pin);
+  auto buf = dev->allocate(bytes);
+  REQUIRE(buf);
+  auto s = dev->make_stream();
+  REQUIRE(s);
+  segment_grid grid{offset, layers, row, row, 64 * bpt};
+  REQUIRE_EQ(grid.segments_per_row(), 3u);
+  std::vector<uint64_t, page_allocator<uint64_t>> sums(grid.count() + 1, 0);
+  const uint64_t sentinel = 0x5EC0DE5EC0DE5EC0ull;
+  sums.back() = sentinel;
+  auto out = dev->pin(sums.data(), sums.size() * sizeof(uint64_t));
+  REQUIRE(out);
+  auto done = dev->make_event();
+  REQUIRE(done);
+  REQUIRE(!dev->copy_h2d(*pin, *buf, {{0, 0, bytes}}, *s));
+  REQUIRE(!dev->enqueue_checksums(*buf, grid, *out, 0, *s));
+  REQUIRE(!dev->record(*done, *s));
+  REQUIRE(!dev->synchronize(*done));
+  for (size_t r = 0; r < layers; ++r)
+    for (size_t k = 0; k < 3; ++k) {
+      size_t first = offset + r * row + k * 64 * bpt;
+      size_t len = std::min<size_t>(64 * bpt, row - k * 64 * bpt);
+      CHECK_EQ(sums[r * 3 + k], block_checksum(src.data() + first, len));
+    }
+  CHECK_EQ(sums.back(), sentinel); // nothing written past the results
+  // A changed byte changes exactly its segment's checksum.
+  auto before = sums;
+  src[offset + 2 * row + 64 * bpt + 5] ^= std::byte{1};
+  REQUIRE(!dev->copy_h2d(*pin, *buf, {{0, 0, bytes}}, *s));
+  REQUIRE(!dev->enqueue_checksums(*buf, grid, *out, 0, *s));
+  REQUIRE(!dev->synchronize(*s));
+  for (size_t i = 0; i < grid.count(); ++i) {
+    if (i == 2 * 3 + 1)
+      CHECK_NE(sums[i], before[i]);
+    else
+      CHECK_EQ(sums[i], before[i]);
+  }
+  auto too_long = grid;
+  too_long.rows = layers + 1;
+  CHECK(dev->enqueue_checksums(*buf, too_long, *out, 0, *s)
+        == gpu_errc::out_of_bounds);
+  CHECK(dev->enqueue_checksums(*buf, grid, *out, 16, *s)
+        == gpu_errc::out_of_bounds);
+  CHECK(dev->enqueue_checksums(*buf, grid, *out, 9, *s)
+        == gpu_errc::out_of_bounds);
+  auto small = grid;
+  small.rows = 1;
+  CHECK(dev->enqueue_checksums(*buf, small, *out, 4, *s)
+        == gpu_errc::invalid_argument); // unaligned results
+  CHECK(!dev->synchronize(*s));
+}
+
+/// The pool: allocations and frees call no backend while the pool has room
+/// (no new slab, no host wait), buffers never overlap, freed ranges are
+/// reused, and locate() names each buffer's slab and offset.
+inline void pool_allocates_without_waits(const factory& make) {
+  constexpr size_t layer = 3 * 4096 * 13; // not a multiple of 256
+  auto dev = make(8 * layer);
+  auto first = dev->allocate(layer);
+  REQUIRE(first);
+  auto base = dev->stats();
+  CHECK_GE(base.slabs, 1u);
+  std::vector<device_buffer> live;
+  for (int cycle = 0; cycle < 1000; ++cycle) {
+    auto b = dev->allocate(layer / 2 + static_cast<size_t>(cycle % 7) * 256);
+    REQUIRE(b);
+    live.push_back(std::move(*b));
+    if (live.size() == 6)
+      live.erase(live.begin(), live.begin() + 3);
+  }
+  auto after = dev->stats();
+  CHECK_EQ(after.slabs, base.slabs);           // no backend allocation
+  CHECK_EQ(after.host_waits, base.host_waits); // no synchronisation
+  CHECK_EQ(after.allocations, base.allocations + 1000);
+  // Live buffers are disjoint and inside their slab.
+  std::vector<std::pair<const std::byte*, size_t>> ranges;
+  ranges.emplace_back(first->data(), first->size());
+  for (auto& b : live)
+    ranges.emplace_back(b.data(), b.size());
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    CHECK(ranges[i - 1].first + ranges[i - 1].second <= ranges[i].first);
+  auto slabs = dev->slabs();
+  for (auto& b : live) {
+    auto at = dev->locate(b);
+    REQUIRE(at);
+    REQUIRE(at->slab < slabs.size());
+    CHECK_EQ(slabs[at->slab].base + at->offset, b.data());
+    CHECK_LE(at->offset + b.size(), slabs[at->slab].size);
+  }
+  device_buffer none;
+  CHECK(dev->locate(none).error() == gpu_errc::invalid_handle);
+  // A freed range is handed out again (first fit: the lowest address).
+  auto lowest = ranges.front().first;
+  first->reset();
+  live.clear();
+  auto again = dev->allocate(layer);
+  REQUIRE(again);
+  CHECK_EQ(again->data(), lowest);
+  CHECK_EQ(dev->stats().slabs, base.slabs);
 }
 
 } // namespace dualpath::gpu::checks

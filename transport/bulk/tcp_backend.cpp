@@ -309,11 +309,15 @@ public:
     if (::epoll_ctl(sender_ep_.get(), EPOLL_CTL_ADD, sender_wake_.get(), &ev)
         != 0)
       return sys_error("epoll_ctl");
-    for (size_t c = 0; c < traffic_class_count; ++c) {
+    // Every loop exists and runs before the accepting one (class 0) starts:
+    // it hands a connection to its class's loop at once (two data races,
+    // on rx_ and on a loop's epoll descriptor, found by the TSan build, when
+    // a peer connected during start-up).
+    for (size_t c = 0; c < traffic_class_count; ++c)
       rx_[c] = std::make_unique<rx_loop>(this, static_cast<traffic_class>(c));
+    for (size_t c = traffic_class_count; c-- > 0;)
       if (auto err = rx_[c]->start(c == 0 ? listen_.get() : -1))
         return err;
-    }
     sender_ = std::thread{[this] { run_sender(); }};
     return caf::none;
   }
@@ -1011,14 +1015,11 @@ void rx_loop::check_timeouts() {
 }
 
 bool rx_loop::handle_auth(in_conn& c) {
-  wire::hello h;
-  std::memcpy(&h, c.buf.data(), sizeof(h));
+  auto parsed = wire::parse_hello(c.buf.data(), c.buf.size(),
+                                  owner_->opts().secret, c.nonce);
   wire::welcome w{};
   w.magic = wire::auth_magic;
-  bool ok = h.magic == wire::auth_magic && h.version == wire::version
-            && h.tclass < traffic_class_count
-            && wire::client_mac_ok(owner_->opts().secret, c.nonce, h);
-  if (!ok) {
+  if (!parsed) {
     owner_->count(&counters::rejected_unauthenticated);
     w.status = static_cast<uint8_t>(transport_errc::unauthenticated);
     auto rc = ::send(c.fd.get(), &w, sizeof(w), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -1026,8 +1027,8 @@ bool rx_loop::handle_auth(in_conn& c) {
     drop(c);
     return false;
   }
+  auto& h = *parsed;
   wire::server_mac(owner_->opts().secret, h.nonce, w);
-  h.node[sizeof(h.node) - 1] = 0;
   c.peer = h.node;
   c.tclass = static_cast<traffic_class>(h.tclass);
   c.st = in_state::header;
@@ -1049,16 +1050,16 @@ bool rx_loop::handle_auth(in_conn& c) {
 }
 
 bool rx_loop::handle_header(in_conn& c) {
-  std::memcpy(&c.hdr, c.buf.data(), sizeof(c.hdr));
-  auto& h = c.hdr;
-  if (h.magic != wire::frame_magic || h.version != wire::version
-      || (h.flags & ~wire::flag_immediate) != 0
-      || h.length > (owner_->opts().max_frame_mib << 20)) {
+  auto parsed = wire::parse_frame_header(c.buf.data(), c.buf.size(),
+                                         owner_->opts().max_frame_mib << 20);
+  if (!parsed) {
     // The stream can no longer be trusted to be framed: drop it.
     owner_->count(&counters::rejected_bad_frame);
     drop(c);
     return false;
   }
+  c.hdr = *parsed;
+  auto& h = c.hdr;
   c.done = 0;
   c.verdict =
       owner_->regions().acquire(h.region_id, h.key, h.offset, h.length, c.pin);

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "transport/types.hpp"
@@ -147,6 +148,41 @@ inline bool server_mac_ok(const std::string& secret, const uint8_t nonce[32],
   uint8_t expected[32];
   server_mac_of(secret, nonce, expected);
   return CRYPTO_memcmp(expected, w.mac, 32) == 0;
+}
+
+/// The frame header in the first `len` received bytes, if they hold one that
+/// the receiver accepts: this magic and version, no unknown flag, a payload
+/// of at most `max_payload` bytes. Anything else means the stream can no
+/// longer be trusted to be framed. (The region, key and bounds are the
+/// region table's to check.)
+inline std::optional<frame_header>
+parse_frame_header(const uint8_t* data, size_t len, uint64_t max_payload) {
+  if (len < sizeof(frame_header))
+    return std::nullopt;
+  frame_header h;
+  std::memcpy(&h, data, sizeof(h));
+  if (h.magic != frame_magic || h.version != version
+      || (h.flags & ~flag_immediate) != 0 || h.length > max_payload)
+    return std::nullopt;
+  return h;
+}
+
+/// The client's hello in the first `len` received bytes, if it is one from a
+/// peer that knows `secret` (it answers the listener's `nonce`) for a known
+/// traffic class; its node name is NUL-terminated.
+template <class Nonce>
+std::optional<hello> parse_hello(const uint8_t* data, size_t len,
+                                 const std::string& secret,
+                                 const Nonce& nonce) {
+  if (len < sizeof(hello))
+    return std::nullopt;
+  hello h;
+  std::memcpy(&h, data, sizeof(h));
+  if (h.magic != auth_magic || h.version != version
+      || h.tclass >= traffic_class_count || !client_mac_ok(secret, nonce, h))
+    return std::nullopt;
+  h.node[sizeof(h.node) - 1] = 0;
+  return h;
 }
 
 } // namespace dualpath::transport::bulk::wire

@@ -69,6 +69,29 @@ caf::expected<T*> vptr(const char* call, T* ptr) {
   return verbs_error(call, errno != 0 ? errno : EINVAL);
 }
 
+/// Registers GPU memory exported as dma-buf `fd`, the fd covering exactly
+/// [ptr, ptr + len) (offset 0 in it; the iova is the device address). A NIC,
+/// driver or kernel without dma-buf support answers EOPNOTSUPP (or ENOSYS,
+/// EPROTONOSUPPORT): that is transport_errc::unsupported, so the caller
+/// stages through registered host memory instead; anything else is the
+/// call's system error.
+caf::expected<ibv_mr*> reg_dmabuf_mr(ibv_pd* pd, void* ptr, uint64_t len,
+                                     int fd, int access) {
+  errno = 0;
+  auto mr = ibv_reg_dmabuf_mr(pd, 0, len, reinterpret_cast<uint64_t>(ptr), fd,
+                              access);
+  if (mr != nullptr)
+    return mr;
+  const int err = errno != 0 ? errno : EINVAL;
+  if (err == EOPNOTSUPP || err == ENOSYS || err == EPROTONOSUPPORT)
+    return caf::make_error(transport_errc::unsupported,
+                           std::string{"ibv_reg_dmabuf_mr: "}
+                               + std::strerror(err) + " (" + std::to_string(err)
+                               + "): this NIC, driver or kernel cannot "
+                                 "register GPU memory");
+  return verbs_error("ibv_reg_dmabuf_mr", err);
+}
+
 struct device_list_deleter {
   void operator()(ibv_device** p) const {
     ibv_free_device_list(p);
@@ -307,10 +330,7 @@ public:
       if (dmabuf_fd < 0)
         return caf::make_error(transport_errc::unsupported,
                                "GPU memory needs a dmabuf fd");
-      mr = vptr("ibv_reg_dmabuf_mr",
-                ibv_reg_dmabuf_mr(pd_.get(), 0, len,
-                                  reinterpret_cast<uint64_t>(ptr), dmabuf_fd,
-                                  access));
+      mr = reg_dmabuf_mr(pd_.get(), ptr, len, dmabuf_fd, access);
     } else {
       mr = vptr("ibv_reg_mr", ibv_reg_mr(pd_.get(), ptr, len, access));
     }

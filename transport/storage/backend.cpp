@@ -200,12 +200,65 @@ caf::error posix_make_dir(const std::string& dir) {
   return sys_error("mkdir", dir, errno);
 }
 
+namespace {
+
+std::string file_type_name(mode_t m) {
+  if (S_ISREG(m))
+    return "regular file";
+  if (S_ISDIR(m))
+    return "directory";
+  if (S_ISFIFO(m))
+    return "FIFO";
+  if (S_ISSOCK(m))
+    return "socket";
+  if (S_ISCHR(m))
+    return "character device";
+  if (S_ISBLK(m))
+    return "block device";
+  if (S_ISLNK(m))
+    return "symbolic link";
+  return "special file";
+}
+
+} // namespace
+
 caf::expected<int> posix_open_read(const std::string& path, io_mode mode) {
+  // Only a regular file (or a symlink to one) is a block file. Anything else
+  // (a FIFO, whose open() would wait for a writer forever; a socket; a
+  // device, whose open() may have side effects) is refused before opening
+  // it, and the open itself never blocks, in case the path was swapped in
+  // between: the fstat() after it decides.
   caf::error err;
-  int flags = O_RDONLY | O_CLOEXEC | (mode == io_mode::direct ? O_DIRECT : 0);
+  struct stat st {};
+  if (sys_call("stat", path, ::stat(path.c_str(), &st), err) < 0)
+    return err;
+  auto not_regular = [&](mode_t m) {
+    return caf::make_error(storage_errc::not_regular_file,
+                           path + " is a " + file_type_name(m)
+                               + ", not a regular file");
+  };
+  if (!S_ISREG(st.st_mode))
+    return not_regular(st.st_mode);
+  int flags = O_RDONLY | O_CLOEXEC | O_NONBLOCK
+              | (mode == io_mode::direct ? O_DIRECT : 0);
   auto fd = sys_call("open", path, ::open(path.c_str(), flags), err);
   if (err)
     return err;
+  if (sys_call("fstat", path, ::fstat(fd, &st), err) < 0
+      || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return err ? err : not_regular(st.st_mode);
+  }
+  // Regular files ignore O_NONBLOCK; cleared all the same so that reads
+  // behave as documented for blocking descriptors.
+  auto fl = sys_call("fcntl(F_GETFL)", path, ::fcntl(fd, F_GETFL), err);
+  if (fl < 0
+      || sys_call("fcntl(F_SETFL)", path,
+                  ::fcntl(fd, F_SETFL, fl & ~O_NONBLOCK), err)
+             < 0) {
+    ::close(fd);
+    return err;
+  }
   return fd;
 }
 

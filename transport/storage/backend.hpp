@@ -160,6 +160,8 @@ caf::expected<std::vector<std::string>> posix_list(const std::string& dir);
 caf::error posix_make_dir(const std::string& dir);
 
 /// open(2) for reading with O_DIRECT when asked; returns the fd or an error.
+/// Never blocks: anything but a regular file (or a symlink to one) is
+/// refused with storage_errc::not_regular_file without being opened.
 caf::expected<int> posix_open_read(const std::string& path, io_mode mode);
 
 } // namespace dualpath::transport::storage

@@ -76,7 +76,14 @@ caf::expected<block_header> decode_header(const std::byte* src, size_t len) {
     return caf::make_error(storage_errc::header_checksum, "header checksum");
   block_header hdr;
   try {
-    auto handle = msgpack::unpack(body, n);
+    // A container cannot hold more elements than the body has bytes: the
+    // limits keep a hostile length (one that passes the checksum, which is
+    // no MAC) from making the unpacker allocate gigabytes (found by
+    // fuzz/block_header.cpp).
+    auto items = static_cast<std::size_t>(n);
+    auto handle = msgpack::unpack(
+        body, n, nullptr, nullptr,
+        msgpack::unpack_limit(items, items, items, items, items, 8));
     auto& obj = handle.get();
     if (obj.type != msgpack::type::ARRAY || obj.via.array.size < 2)
       return caf::make_error(storage_errc::bad_header, "not an array");

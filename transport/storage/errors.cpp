@@ -36,6 +36,8 @@ std::string to_string(storage_errc x) {
       return "invalid_argument";
     case storage_errc::injected_fault:
       return "injected_fault";
+    case storage_errc::not_regular_file:
+      return "not_regular_file";
   }
   return "storage_errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

@@ -44,6 +44,9 @@ enum class storage_errc : uint8_t {
   invalid_argument,
   /// Injected by the fault-injecting backend decorator.
   injected_fault,
+  /// The block's path is a FIFO, socket, device or directory (or a symlink
+  /// to one), not a regular file: refused without opening it.
+  not_regular_file,
 };
 
 std::string to_string(storage_errc x);

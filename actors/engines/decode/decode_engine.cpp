@@ -37,6 +37,8 @@ CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, step_atom,
              "destep")
 CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, report_tick_atom,
              "detick")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, kick_atom,
+             "dekick")
 
 namespace dualpath::actors {
 
@@ -54,7 +56,7 @@ using impl_actor = decode_engine_actor::extend<
     caf::reacts_to<pushed_atom, uint64_t, caf::error>,
     caf::reacts_to<prefill_end_atom, uint64_t>,
     caf::reacts_to<loaded_atom, uint64_t>, caf::reacts_to<step_atom, uint64_t>,
-    caf::reacts_to<report_tick_atom>>;
+    caf::reacts_to<kick_atom>, caf::reacts_to<report_tick_atom>>;
 
 // Where a request is (see the header).
 enum class de_phase : uint8_t {
@@ -136,6 +138,7 @@ struct decode_state {
   uint64_t payload_real = 0; // real bytes of one Full Block payload
   // The group's decode step.
   bool stepping = false;
+  bool kicked = false; // a step start is due (after this instant's joins)
   uint64_t step_id = 0;
   time_point step_began{};
   std::deque<persist_job> persists;
@@ -389,9 +392,7 @@ void check_complete(self_ptr self, de_request& r) {
       || r.layers_complete < cfg.model.layers)
     return;
   r.phase = de_phase::finishing;
-  auto now = emulated_now(self, cfg.time);
-  self->delayed_send(self, cfg.time.to_actor(r.last_arrival - now),
-                     prefill_end_atom_v, r.id);
+  send_at(self, cfg.time, r.last_arrival, prefill_end_atom_v, r.id);
 }
 
 void on_layer(self_ptr self, const layer_batch& b) {
@@ -636,7 +637,7 @@ void try_load(self_ptr self, uint32_t lane_index) {
           r.result.verify_failures += 1;
       }
     }
-    self->delayed_send(self, cfg.time.to_actor(t - now), loaded_atom_v, id);
+    send_at(self, cfg.time, t, loaded_atom_v, id);
   }
 }
 
@@ -651,7 +652,12 @@ void on_loaded(self_ptr self, uint64_t id) {
   r.block_region.clear();
   r.phase = de_phase::decoding;
   st.lanes[r.lane].joining.push_back(id);
-  try_step(self);
+  // The step starts after the messages already queued: sequences that reach
+  // GPU memory at the same instant join the same step.
+  if (!st.stepping && !st.kicked) {
+    st.kicked = true;
+    self->send(self, kick_atom_v);
+  }
 }
 
 void on_decode_end(self_ptr self, de_request& r);
@@ -692,6 +698,13 @@ void try_step(self_ptr self) {
   if (!any)
     return;
   auto step = decode_step(cfg, contexts);
+  if (auto& stats = cfg.stats) {
+    ++stats->steps;
+    for (auto& c : contexts) {
+      stats->tokens += c.size();
+      stats->batch(c.size());
+    }
+  }
   st.stepping = true;
   ++st.step_id;
   st.step_began = emulated_now(self, cfg.time);
@@ -968,7 +981,10 @@ void drop_requests(self_ptr self, Predicate which, const caf::error& why) {
 
 caf::error setup(decode_state& st) {
   auto& cfg = st.cfg;
-  if (!cfg.node || !cfg.node->pool || !cfg.node->reader)
+  if (!cfg.node)
+    return caf::make_error(caf::sec::invalid_argument,
+                           "decode engine needs its node");
+  if (moves_bytes(cfg) && (!cfg.node->pool || !cfg.node->reader))
     return caf::make_error(caf::sec::invalid_argument,
                            "decode engine needs its node's buffer pool and "
                            "reader");
@@ -978,7 +994,7 @@ caf::error setup(decode_state& st) {
   st.payload_real =
       uint64_t{cfg.model.block_tokens} * cfg.model.layers * bpt(cfg);
   st.lanes.resize(cfg.gpus);
-  if (cfg.real_bytes) {
+  if (copies_bytes(cfg)) {
     if (!cfg.node->pool_registration)
       return caf::make_error(caf::sec::invalid_argument,
                              "decode engine needs its buffer's registration");
@@ -1064,6 +1080,10 @@ impl_actor::behavior_type decode_engine(self_ptr self, engine_config cfg) {
       [self](prefill_end_atom, uint64_t id) { on_prefill_end(self, id); },
       [self](loaded_atom, uint64_t id) { on_loaded(self, id); },
       [self](step_atom, uint64_t step) { on_step(self, step); },
+      [self](kick_atom) {
+        self->state.kicked = false;
+        try_step(self);
+      },
       [self](report_tick_atom) {
         auto& st = self->state;
         self->send(caf::actor_cast<scheduler_actor>(st.cfg.scheduler),

@@ -287,6 +287,13 @@ std::unique_ptr<prefill_step_run> pack_step(self_ptr self) {
   if (!any)
     return nullptr;
   step->layer_s = prefill_step_layer(cfg, shapes).layer_s;
+  if (auto& stats = cfg.stats) {
+    ++stats->steps;
+    for (auto& l : step->lanes) {
+      stats->chunks += l.chunks.size();
+      stats->batch(l.chunks.size());
+    }
+  }
   if (std::getenv("DP_DEBUG_STEPS")) {
     size_t phases[5] = {0, 0, 0, 0, 0};
     for (auto& [id, j] : st.jobs)
@@ -499,6 +506,8 @@ void step_finished(self_ptr self, const prefill_step_run& step) {
         remove_job(self, c.job);
         continue;
       }
+      if (!j.hits_sent && c.first + c.tokens < j.tokens && cfg.stats)
+        ++cfg.stats->chunked; // its first chunk was not all of its prompt
       j.hits_sent = true;
       j.done_tokens = c.first + c.tokens;
       if (j.done_tokens >= j.tokens) {

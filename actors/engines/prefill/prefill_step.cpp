@@ -88,9 +88,7 @@ void load_done(self_ptr self, uint32_t l) {
   if (l + 1 == s.layers.size() && moves_bytes(st.cfg)) {
     // Every layer is in GPU memory at the last one's ready time: the
     // buffer slots of requests done with the hits go back then.
-    auto now = emulated_now(self, st.cfg.time);
-    self->delayed_send(self, st.cfg.time.to_actor(lay.ready_at - now),
-                       loaded_atom_v, s.id);
+    send_at(self, st.cfg.time, lay.ready_at, loaded_atom_v, s.id);
   }
   try_compute(self);
 }
@@ -291,9 +289,7 @@ void post_done(self_ptr self, uint32_t l) {
   auto& lay = s.layers[l];
   if (lay.posts_pending > 0)
     return;
-  auto now = emulated_now(self, st.cfg.time);
-  self->delayed_send(self, st.cfg.time.to_actor(lay.send_done - now),
-                     sent_atom_v, s.id, l);
+  send_at(self, st.cfg.time, lay.send_done, sent_atom_v, s.id, l);
 }
 
 // Layer l's KV of every chunk to its decode node: the new tokens, and with a

@@ -2,7 +2,7 @@
 // ctest-links: actors_storage
 // What the engines share: a storage read through read_blocks yields the
 // reader's completion when it answers, and every block as failed (a miss to
-// recompute) when the reader fails as a whole; the group-leader test; the
+// recompute) when the reader fails as a whole; one GPU's load report; the
 // byte units of an engine's model.
 #include <doctest/doctest.h>
 
@@ -93,22 +93,23 @@ TEST_CASE("read_blocks: the reader's answer, or every block failed") {
   CHECK(gone.failed == rr.blocks);
 }
 
-TEST_CASE("the group leader: rank 0 with a scheduler, also alone") {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{cfg};
+TEST_CASE("one GPU's load: its rank on the node, the node's read queue") {
   engine_config c;
-  c.id.rank = 0;
-  CHECK_FALSE(leads_group(c)); // no scheduler to talk to
-  c.scheduler = sys.spawn([] {});
-  CHECK_FALSE(leads_group(c)); // rank 0 of no group: not flagged
-  c.group_leader = true;
-  CHECK(leads_group(c)); // one GPU per node: the only member leads
-  c.group_leader = false;
-  c.group_members.push_back(c.scheduler);
-  CHECK(leads_group(c));
-  c.id.rank = 1;
-  c.group_members.clear();
-  CHECK_FALSE(leads_group(c));
+  c.role = engine_role::decode;
+  c.node = std::make_shared<node_resources>();
+  c.node->name = "de3";
+  CHECK_EQ(read_queue_of(c).tokens, 0u); // no board: nothing published
+  c.node->loads = std::make_shared<load_board>();
+  c.node->loads->publish_read_queue(read_queue_status{640, 65536, 2});
+  auto x = lane_load(c, 5, 2, 900, 1234);
+  CHECK(x.engine == engine_id{"de3", engine_role::decode, 5});
+  CHECK_EQ(x.seq, 2u);
+  CHECK_EQ(x.tok, 900u);
+  CHECK_EQ(x.free_hbm_bytes, 1234u);
+  auto q = read_queue_of(c);
+  CHECK_EQ(q.tokens, 640u);
+  CHECK_EQ(q.bytes, 65536u);
+  CHECK_EQ(q.requests, 2u);
 }
 
 TEST_CASE("byte units and the modes that move KV") {

@@ -341,6 +341,70 @@ TEST_CASE("both read paths and a split leave the exact prompt KV at the DE") {
   }
 }
 
+TEST_CASE("Layer Blocks land exact in the prefill GPU memory, pushed or "
+          "staged") {
+  // DE-side Layer Blocks are pushed straight into the prefill engine's GPU
+  // memory when that is registered for RDMA (here: the host backend's
+  // stand-in, its whole budget one pool slab registered with the bulk
+  // transport), else into the host staging and copied in, said once. Either
+  // way every layer's GPU memory ends up holding the prompt's exact KV: the
+  // window covers all layers, so layer l sits at slab offset l * (its size
+  // rounded to 256 B), and the host pool leaves freed bytes in place.
+  for (bool registered : {true, false}) {
+    CAPTURE(registered);
+    std::shared_ptr<gpu::device> pe_gpu;
+    std::vector<std::string> notices;
+    auto tweak = [&](engine_config& c) {
+      if (c.id.role != engine_role::prefill)
+        return;
+      gpu::device_options d;
+      d.backend = gpu::backend_choice::host;
+      d.hbm_budget = 1 << 20;
+      d.pool_reserve = registered ? d.hbm_budget : 0;
+      auto dev = gpu::make_host_device(d);
+      REQUIRE(dev);
+      pe_gpu = *dev;
+      c.device = pe_gpu;
+      c.notice = [&notices](const std::string& line) {
+        notices.push_back(line);
+      };
+    };
+    cluster c{load_mode::dualpath, layers, tweak};
+    auto tokens = cluster::prompt(8, 4, 2); // 4 full blocks + 2 tokens
+    c.populate(tokens, 3);
+    auto res = c.run({c.make(spec(1, tokens, 2, {}), read_plan{3, 1})});
+    REQUIRE_EQ(res.size(), 1u);
+    CHECK_EQ(res[0].verify_failures, 0u);
+    CHECK_EQ(res[0].blocks_verified, 5u);
+    CHECK_EQ(res[0].bytes_de_to_pe, kv_bytes(2 * block_tokens));
+    if (registered) {
+      CHECK(notices.empty());
+    } else {
+      REQUIRE_EQ(notices.size(), 1u);
+      CHECK(notices[0].find("not registered for RDMA") != std::string::npos);
+    }
+    auto slabs = pe_gpu->slabs();
+    REQUIRE_EQ(slabs.size(), 1u);
+    auto hashes = prompt_block_hashes(tokens, block_tokens);
+    const size_t layer_bytes = tokens.size() * bpt;
+    const size_t stride = (layer_bytes + 255) / 256 * 256;
+    for (uint32_t l = 0; l < layers; ++l) {
+      CAPTURE(l);
+      auto base = slabs[0].base + l * stride;
+      uint32_t wrong = 0;
+      for (uint32_t t = 0; t < tokens.size(); ++t)
+        if (!storage::kv_check_token(hashes[t / block_tokens], l,
+                                     t % block_tokens, base + t * bpt, bpt))
+          ++wrong;
+      CHECK_EQ(wrong, 0u);
+    }
+    // Copies were submitted (and waited for) as lists, none left behind.
+    auto st = pe_gpu->stats();
+    CHECK_GT(st.copy_lists, 0u);
+    CHECK_EQ(pe_gpu->bytes_allocated(), 0u);
+  }
+}
+
 TEST_CASE("GPU residency never exceeds the window over a batch") {
   for (uint32_t window : {1u, 2u, 3u}) {
     CAPTURE(window);

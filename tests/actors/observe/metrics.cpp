@@ -37,7 +37,8 @@ TEST_CASE("standard families are declared with help and type") {
        {"dualpath_read_queue_tokens", "dualpath_reader_buffer_used_bytes",
         "dualpath_snic_bytes_total", "dualpath_ttft_seconds",
         "dualpath_tpot_seconds", "dualpath_errors_total",
-        "dualpath_reroutes_total", "dualpath_tcp_fallback_total"}) {
+        "dualpath_reroutes_total", "dualpath_tcp_fallback_total",
+        "dualpath_gpu_staged_bytes_total"}) {
     CAPTURE(name);
     CHECK(text.find(std::string{"# HELP "} + name + " ") != std::string::npos);
     CHECK(text.find(std::string{"# TYPE "} + name + " ") != std::string::npos);
@@ -46,9 +47,38 @@ TEST_CASE("standard families are declared with help and type") {
         != std::string::npos);
   CHECK(text.find("# TYPE dualpath_snic_bytes_total counter")
         != std::string::npos);
-  auto v = parse(text);
-  CHECK(v.at("dualpath_errors_total") == 0);
-  CHECK(v.at("dualpath_tcp_fallback_total") == 0);
+  // No placeholder samples: a family shows series once it has some, each
+  // with its own labels.
+  CHECK(parse(text).empty());
+  CHECK(text.find("\ndualpath_errors_total ") == std::string::npos);
+  m.add("dualpath_errors_total", {{"source", "storage_reader"}});
+  CHECK(parse(m.render()).size() == 1);
+  // Every standard family has real help text and the counters end in _total.
+  std::istringstream in{text};
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# HELP ", 0) == 0)
+      CHECK_MESSAGE(line.find("dualpath metric ") == std::string::npos, line);
+    if (line.rfind("# TYPE ", 0) == 0) {
+      auto counter =
+          line.size() > 8 && line.compare(line.size() - 8, 8, " counter") == 0;
+      auto name = line.substr(7, line.find(' ', 7) - 7);
+      auto total =
+          name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0;
+      CHECK_MESSAGE(counter == total, line);
+    }
+  }
+}
+
+TEST_CASE("an undeclared _total series is a counter with a help line") {
+  metrics_registry m;
+  m.set("my_hits_total", {{"source", "x"}}, 3);
+  m.set("my_level", {{"source", "x"}}, 4);
+  auto text = m.render();
+  CHECK(text.find("# TYPE my_hits_total counter") != std::string::npos);
+  CHECK(text.find("# TYPE my_level gauge") != std::string::npos);
+  CHECK(text.find("# HELP my_hits_total Reported by an actor")
+        != std::string::npos);
 }
 
 TEST_CASE("counters, gauges and labels") {

@@ -101,3 +101,63 @@ TEST_CASE("the trace is valid JSON with named processes and threads") {
   CHECK(processes.count("dualpath pe0") == 1);
   CHECK(processes.count("dualpath de0") == 1);
 }
+
+TEST_CASE("each layer's send flows to its arrival at the decode node") {
+  timeline t;
+  t.set_section("dualpath");
+  for (int32_t l = 0; l < 3; ++l) {
+    t.add(span_record{"pe0", "cnic0 tx", "send", 7, l, 100 + 10 * l,
+                      105 + 10 * l, 64});
+    t.add(span_record{"de1", "cnic0 rx", "receive", 7, l, 103 + 10 * l,
+                      109 + 10 * l, 64});
+  }
+  // Another mode's request 7: its own flows, never crossed with these.
+  t.set_section("basic");
+  t.add(span_record{"pe0", "cnic0 tx", "send", 7, 0, 500, 505, 64});
+  t.add(span_record{"de0", "cnic0 rx", "receive", 7, 0, 506, 509, 64});
+  // A name with characters JSON must escape.
+  t.add(span_record{"de0", "gpu0", "quote\" back\\slash\n", 8, -1, 1, 2, 0});
+  auto doc = nlohmann::json::parse(t.to_json());
+  std::map<int, std::string> process;
+  std::map<uint64_t, nlohmann::json> starts, ends;
+  bool escaped = false;
+  for (auto& ev : doc["traceEvents"]) {
+    if (ev["ph"] == "M" && ev["name"] == "process_name")
+      process[ev["pid"].get<int>()] = ev["args"]["name"];
+    if (ev["ph"] == "s")
+      starts[ev["id"].get<uint64_t>()] = ev;
+    if (ev["ph"] == "f")
+      ends[ev["id"].get<uint64_t>()] = ev;
+    if (ev["ph"] == "X" && ev["name"] == "quote\" back\\slash\n")
+      escaped = true;
+  }
+  CHECK(escaped);
+  REQUIRE(starts.size() == 4);
+  REQUIRE(ends.size() == 4);
+  for (auto& [id, s] : starts) {
+    REQUIRE(ends.count(id) == 1);
+    auto& f = ends[id];
+    CHECK(f["bp"] == "e");
+    CHECK(s["args"] == f["args"]); // the same request and layer
+    auto from = process[s["pid"].get<int>()];
+    auto to = process[f["pid"].get<int>()];
+    CHECK(from.substr(from.find(' ')) == " pe0");
+    CHECK(from.substr(0, from.find(' ')) == to.substr(0, to.find(' ')));
+    CHECK(to.substr(to.find(' ') + 1).rfind("de", 0) == 0);
+    CHECK(s["ts"].get<double>() <= f["ts"].get<double>());
+    // Each end lies on a slice of its track (the send, the arrival).
+    bool on_send = false, on_arrival = false;
+    for (auto& ev : doc["traceEvents"]) {
+      if (ev["ph"] != "X")
+        continue;
+      if (ev["pid"] == s["pid"] && ev["tid"] == s["tid"] && ev["ts"] == s["ts"]
+          && ev["name"] == "send")
+        on_send = true;
+      if (ev["pid"] == f["pid"] && ev["tid"] == f["tid"] && ev["ts"] == f["ts"]
+          && ev["name"] == "receive")
+        on_arrival = true;
+    }
+    CHECK(on_send);
+    CHECK(on_arrival);
+  }
+}

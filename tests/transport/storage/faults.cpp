@@ -6,7 +6,11 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "tests/support/support.hpp"
@@ -243,4 +247,82 @@ TEST_CASE("fail after N and delay") {
   CHECK(kv_check_layer(f.hashes[1], 3, geo.block_tokens,
                        geo.bytes_per_token_layer,
                        b1->data() + geo.layer_offset(3)));
+}
+
+TEST_CASE("a FIFO, socket, device or directory in a block's place: refused, "
+          "never blocking") {
+  // A blocking open() of a FIFO would wait for a writer forever: the alarm
+  // ends the suite (as a failure) if any read below blocks.
+  ::alarm(60);
+  for (auto kind : {backend_kind::pread, backend_kind::automatic}) {
+    fixture f;
+    auto backend = make_backend(backend_config{kind, 4});
+    REQUIRE(backend);
+    auto store = block_store::open(
+        store_config{f.dir.path(), "m1", kv_geometry{4, 8, 100}}, *backend);
+    REQUIRE(store);
+    auto& s = **store;
+    auto fifo = f.dir.file("fifo");
+    REQUIRE_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+    // Each hostile thing takes the place of a block file.
+    auto replace = [&](block_hash h,
+                       const std::function<void(const std::string&)>& make) {
+      auto path = s.path_of(h);
+      REQUIRE_EQ(::unlink(path.c_str()), 0);
+      make(path);
+    };
+    replace(f.hashes[0], [](const std::string& p) {
+      REQUIRE_EQ(::mkfifo(p.c_str(), 0644), 0);
+    });
+    int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    replace(f.hashes[1], [&](const std::string& p) {
+      // Bound at a short path (sun_path is small), then moved in place.
+      auto at = f.dir.file("s");
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      REQUIRE_LT(at.size(), sizeof(addr.sun_path));
+      std::strcpy(addr.sun_path, at.c_str());
+      REQUIRE_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)),
+                 0);
+      REQUIRE_EQ(::rename(at.c_str(), p.c_str()), 0);
+    });
+    replace(f.hashes[2], [](const std::string& p) {
+      REQUIRE_EQ(::symlink("/dev/zero", p.c_str()), 0);
+    });
+    std::vector<uint32_t> more(f.tokens);
+    for (uint32_t i = 0; i < 32; ++i) // blocks 3 .. 6 (0 .. 2 are f's)
+      more.push_back(1000 + i);
+    REQUIRE(populate(s, {more}));
+    auto extra = block_hashes(more, 8);
+    replace(extra[3], [&](const std::string& p) {
+      REQUIRE_EQ(::symlink(fifo.c_str(), p.c_str()), 0);
+    });
+    replace(extra[4], [](const std::string& p) {
+      REQUIRE_EQ(::mkdir(p.c_str(), 0755), 0);
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    for (auto h : {f.hashes[0], f.hashes[1], f.hashes[2], extra[3], extra[4]}) {
+      CAPTURE(s.path_of(h));
+      CHECK_EQ(f.read_full(s, h), storage_errc::not_regular_file);
+      std::vector<std::byte> dst(s.geometry().layer_bytes());
+      CHECK_EQ(code_of(s.read_layer(h, 1, dst.data())),
+               storage_errc::not_regular_file);
+    }
+    // A batch with hostile and good blocks: the good ones still read.
+    std::vector<aligned_buffer> bufs;
+    std::vector<std::byte*> dsts;
+    std::vector<block_hash> batch{extra[5], f.hashes[0], extra[3]};
+    for (size_t i = 0; i < batch.size(); ++i) {
+      bufs.push_back(
+          std::move(*aligned_buffer::make(s.geometry().file_bytes())));
+      dsts.push_back(bufs.back().data());
+    }
+    auto errs = s.read_full_batch(batch, dsts);
+    CHECK_EQ(code_of(errs[0]), storage_errc::none);
+    CHECK_EQ(code_of(errs[1]), storage_errc::not_regular_file);
+    CHECK_EQ(code_of(errs[2]), storage_errc::not_regular_file);
+    CHECK_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    ::close(sock);
+  }
+  ::alarm(0);
 }

@@ -45,8 +45,8 @@ caf::error too_big(const settings& cfg, const std::string& key,
                    uint64_t memory) {
   return caf::make_error(
       config_errc::out_of_range,
-      "configuration key '" + key + "' = " + std::to_string(cfg.integer(key))
-          + " (" + cfg.describe_source(key) + ") asks for " + what + " of "
+      "configuration key '" + key + "' = " + to_string(cfg.get(key)) + " ("
+          + cfg.describe_source(key) + ") asks for " + what + " of "
           + human_bytes(bytes) + ", more than this process can hold ("
           + human_bytes(static_cast<long double>(memory)) + " of memory)");
 }
@@ -115,17 +115,18 @@ caf::error check_capacity(const settings& cfg, uint64_t memory) {
   // actors/cluster/cluster.cpp sizes it.
   auto nominal_block = num("model.layers") * num("storage.block_tokens")
                        * num("model.kv_bytes_per_token_layer");
-  auto slots = std::floor(static_cast<real>(cfg.real("hardware.dram_buffer_gib"))
-                          * 1073741824.0L / nominal_block);
+  auto slots =
+      std::floor(static_cast<real>(cfg.real("hardware.dram_buffer_gib"))
+                 * 1073741824.0L / nominal_block);
   auto longest =
       std::ceil(num("workload.max_len") / num("storage.block_tokens"));
   auto pool = std::max(slots, 2 * longest + 2) * block;
   if (pool > mem)
-    return too_big(cfg,
-                   blame(cfg, {"hardware.dram_buffer_gib", "workload.max_len",
-                               "storage.block_tokens", "model.layers",
-                               "run.byte_scale"}),
-                   "a node's DRAM buffer", pool, memory);
+    return too_big(
+        cfg,
+        blame(cfg, {"hardware.dram_buffer_gib", "workload.max_len",
+                    "storage.block_tokens", "model.layers", "run.byte_scale"}),
+        "a node's DRAM buffer", pool, memory);
   auto prefetch = num("storage.prefetch_blocks") * block;
   if (cfg.string("storage.reader") == "prefetching" && prefetch > mem)
     return too_big(cfg, "storage.prefetch_blocks",

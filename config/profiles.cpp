@@ -45,8 +45,7 @@ std::vector<profile> build_profiles() {
        kv{"model.indexer_dim", int64_t{128}},
        kv{"model.attn_heads", int64_t{128}},
        kv{"model.attn_qk_dim", int64_t{576}},
-       kv{"model.attn_v_dim", int64_t{512}},
-       kv{"model.total_params", 671e9},
+       kv{"model.attn_v_dim", int64_t{512}}, kv{"model.total_params", 671e9},
        kv{"model.routed_expert_share", 0.6},
        kv{"model.weight_bytes_per_param", 1.0}}});
   out.push_back(profile{
@@ -65,8 +64,7 @@ std::vector<profile> build_profiles() {
        kv{"model.attention", std::string{"mla"}},
        kv{"model.attn_heads", int64_t{16}},
        kv{"model.attn_qk_dim", int64_t{576}},
-       kv{"model.attn_v_dim", int64_t{512}},
-       kv{"model.total_params", 27e9},
+       kv{"model.attn_v_dim", int64_t{512}}, kv{"model.total_params", 27e9},
        kv{"model.routed_expert_share", 0.6},
        kv{"model.weight_bytes_per_param", 1.0}}});
   out.push_back(profile{
@@ -82,8 +80,7 @@ std::vector<profile> build_profiles() {
        kv{"model.attention", std::string{"gqa"}},
        kv{"model.attn_heads", int64_t{40}},
        kv{"model.attn_qk_dim", int64_t{128}},
-       kv{"model.attn_v_dim", int64_t{128}},
-       kv{"model.total_params", 32.5e9},
+       kv{"model.attn_v_dim", int64_t{128}}, kv{"model.total_params", 32.5e9},
        kv{"model.routed_expert_share", 0.0},
        kv{"model.weight_bytes_per_param", 2.0}}});
   // -- workloads (Table 2 means)

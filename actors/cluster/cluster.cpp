@@ -156,8 +156,8 @@ uint64_t real_bytes_per_token_layer(const cluster_spec& spec) {
 }
 
 double weight_bytes_per_gpu(const cluster_spec& spec, engine_role role) {
-  auto nodes = role == engine_role::prefill ? spec.prefill_nodes
-                                            : spec.decode_nodes;
+  auto nodes =
+      role == engine_role::prefill ? spec.prefill_nodes : spec.decode_nodes;
   auto ep = role == engine_role::prefill ? spec.prefill_ep : spec.decode_ep;
   auto gpus = std::max<uint64_t>(
       1, std::min<uint64_t>(ep, uint64_t{nodes} * spec.gpus_per_node));
@@ -184,9 +184,8 @@ buffer_slots buffer_slots_of(const cluster_spec& spec, engine_role role) {
   }
   // The headroom: the longest prompt's blocks (a partial one included) and
   // the decode engine's persist slot.
-  auto headroom = (spec.max_prompt_tokens + spec.block_tokens - 1)
-                      / spec.block_tokens
-                  + 2;
+  auto headroom =
+      (spec.max_prompt_tokens + spec.block_tokens - 1) / spec.block_tokens + 2;
   out.read_cap =
       out.slots > headroom ? static_cast<uint32_t>(out.slots - headroom) : 0;
   return out;
@@ -253,8 +252,7 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
   s.quota_s = static_cast<double>(cfg.integer("scheduler.quota_ms")) / 1e3;
   s.basic_batch_tokens =
       static_cast<uint32_t>(cfg.integer("engines.basic_batch_tokens"));
-  s.max_prompt_tokens =
-      static_cast<uint64_t>(cfg.integer("workload.max_len"));
+  s.max_prompt_tokens = static_cast<uint64_t>(cfg.integer("workload.max_len"));
   s.h2d_via_transport = cfg.boolean("gpu.h2d_via_transport");
   s.layers_per_step = static_cast<uint32_t>(cfg.integer("sim.layers_per_step"));
   s.fetch_period_ns = cfg.integer("scheduler.fetch_period_ms") * 1'000'000;
@@ -276,8 +274,8 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
   for (auto role : {engine_role::prefill, engine_role::decode})
     if (hbm_kv_bytes(s, role) == 0)
       return bad_config(
-          "no HBM is left for KV on a " + to_string(role) + " GPU: "
-          + std::to_string(weight_bytes_per_gpu(s, role) / 1e9)
+          "no HBM is left for KV on a " + to_string(role)
+          + " GPU: " + std::to_string(weight_bytes_per_gpu(s, role) / 1e9)
           + " GB of weights (model.total_params x model.weight_bytes_per_param"
             " / min(engines."
           + (role == engine_role::prefill ? std::string{"prefill_ep"}
@@ -291,11 +289,12 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
     auto longest = static_cast<uint32_t>(
         (s.max_prompt_tokens + s.block_tokens - 1) / s.block_tokens);
     if (bs.read_cap < longest)
-      return bad_config(
-          "hardware.dram_buffer_gib: a decode node's buffer of "
-          + std::to_string(bs.slots) + " Full Blocks cannot hold two prompts of "
-          + "workload.max_len = " + std::to_string(s.max_prompt_tokens)
-          + " tokens (" + std::to_string(longest) + " blocks each)");
+      return bad_config("hardware.dram_buffer_gib: a decode node's buffer of "
+                        + std::to_string(bs.slots)
+                        + " Full Blocks cannot hold two prompts of "
+                        + "workload.max_len = "
+                        + std::to_string(s.max_prompt_tokens) + " tokens ("
+                        + std::to_string(longest) + " blocks each)");
   }
   // Policy: Basic and layerwise-only place round robin and read on the PE
   // side; DualPath runs the paper's scheduler (split reads unless disabled);
@@ -600,9 +599,9 @@ spawn_node_engine(caf::actor_system& sys, const cluster_spec& spec,
   for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
     bool enrolled = false;
     auto id = ec.id_of(g);
-    auto pending = self->request(scheduler, std::chrono::seconds(10),
-                                 enroll_atom_v,
-                                 engine_registration{id, ec.group, hdl});
+    auto pending =
+        self->request(scheduler, std::chrono::seconds(10), enroll_atom_v,
+                      engine_registration{id, ec.group, hdl});
     sim::settle(sys); // simulated time: the scheduler answers now
     pending.receive([&](bool ok) { enrolled = ok; },
                     [&](caf::error&) { enrolled = false; });

@@ -23,10 +23,10 @@ void span(const engine_config& cfg, const char* track, uint32_t rank,
           int64_t end_ns, uint64_t nominal_bytes, const char* suffix) {
   if (!cfg.hooks || !cfg.hooks->tracing())
     return;
-  cfg.hooks->span(observe::span_record{
-      cfg.node ? cfg.node->name : std::string{},
-      track + std::to_string(rank) + suffix, name, id, layer, begin_ns, end_ns,
-      nominal_bytes});
+  cfg.hooks->span(
+      observe::span_record{cfg.node ? cfg.node->name : std::string{},
+                           track + std::to_string(rank) + suffix, name, id,
+                           layer, begin_ns, end_ns, nominal_bytes});
 }
 
 read_completion failed_read(uint64_t request_id,
@@ -35,6 +35,23 @@ read_completion failed_read(uint64_t request_id,
   c.request_id = request_id;
   c.failed = std::move(blocks);
   return c;
+}
+
+read_plan plan_for(load_mode mode, read_plan plan, uint32_t full_blocks) {
+  plan.hit_blocks = std::min(plan.hit_blocks, full_blocks);
+  plan.pe_side_blocks = std::min(plan.pe_side_blocks, plan.hit_blocks);
+  switch (mode) {
+    case load_mode::basic:
+    case load_mode::layerwise:
+      plan.pe_side_blocks = plan.hit_blocks;
+      break;
+    case load_mode::dualpath:
+      break;
+    case load_mode::oracle:
+      plan.pe_side_blocks = 0;
+      break;
+  }
+  return plan;
 }
 
 } // namespace dualpath::actors

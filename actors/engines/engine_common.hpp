@@ -38,6 +38,11 @@ inline bool copies_bytes(const engine_config& cfg) {
   return moves_bytes(cfg) && cfg.real_bytes;
 }
 
+/// The read plan both engines apply in `mode` to the scheduler's plan `plan`
+/// for a prompt with `full_blocks` full blocks: basic and layerwise read
+/// every hit on the prefill side, dualpath as planned, oracle nothing.
+read_plan plan_for(load_mode mode, read_plan plan, uint32_t full_blocks);
+
 /// The load of GPU `rank` of the engine's node: seq_e, tok_e and the HBM it
 /// has free for KV (nominal bytes); the node's read queue is added where a
 /// report needs it (read_queue_of).

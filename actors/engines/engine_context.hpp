@@ -23,12 +23,12 @@
 #include <caf/fwd.hpp>
 
 #include "actors/engines/emulation.hpp"
-#include "gpu/compute_model.hpp"
 #include "actors/engines/load_board.hpp"
 #include "actors/observe/hooks.hpp"
 #include "actors/protocol/messages.hpp"
 #include "actors/protocol/observer_actor.hpp"
 #include "actors/protocol/storage_reader_actor.hpp"
+#include "gpu/compute_model.hpp"
 
 namespace dualpath::transport::bulk {
 class backend;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-
 namespace dualpath::actors {
 
 uint64_t nominal_of_real(uint64_t real, const model_shape& m) {

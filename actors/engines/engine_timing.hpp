@@ -16,7 +16,6 @@
 #include "actors/engines/engine_context.hpp"
 #include "gpu/compute_model.hpp"
 
-
 namespace dualpath::actors {
 
 /// The emulated time now, read from the actor's clock.

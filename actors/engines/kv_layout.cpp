@@ -76,7 +76,8 @@ uint32_t tokens_in_block(uint32_t block, uint32_t block_tokens,
   uint64_t first = uint64_t{block} * block_tokens;
   if (first >= tokens)
     return 0;
-  return static_cast<uint32_t>(std::min<uint64_t>(block_tokens, tokens - first));
+  return static_cast<uint32_t>(
+      std::min<uint64_t>(block_tokens, tokens - first));
 }
 
 } // namespace
@@ -89,9 +90,9 @@ bool check_block(const std::vector<transport::block_hash>& hashes,
     return false;
   for (uint32_t l = 0; l < layers; ++l)
     for (uint32_t t = 0; t < n; ++t)
-      if (!storage::kv_check_token(hashes[block], l, t,
-                                   payload + block_offset(l, t, block_tokens, bpt),
-                                   bpt))
+      if (!storage::kv_check_token(
+              hashes[block], l, t,
+              payload + block_offset(l, t, block_tokens, bpt), bpt))
         return false;
   return true;
 }
@@ -116,6 +117,61 @@ const std::byte* lease_payload(const buffer_lease& lease,
   if (lease.region.length >= transport::storage::header_bytes + payload_bytes)
     p += transport::storage::header_bytes;
   return p;
+}
+
+prompt_grids grids_of(uint32_t block_tokens, uint32_t layers, uint32_t tokens,
+                      size_t bpt) {
+  prompt_grids g;
+  const size_t layer_block = size_t{block_tokens} * bpt;
+  const uint32_t full = block_tokens == 0 ? 0 : tokens / block_tokens;
+  const uint32_t tail = tokens - full * block_tokens;
+  g.full.rows = size_t{full} * layers;
+  g.full.row_stride = layer_block;
+  g.full.row_bytes = layer_block;
+  g.full.segment_bytes = layer_block;
+  if (tail > 0) {
+    g.partial.offset = size_t{full} * layers * layer_block;
+    g.partial.rows = layers;
+    g.partial.row_stride = layer_block;
+    g.partial.row_bytes = size_t{tail} * bpt;
+    g.partial.segment_bytes = size_t{tail} * bpt;
+  }
+  return g;
+}
+
+std::vector<uint64_t>
+prompt_checksums(const std::vector<transport::block_hash>& hashes,
+                 uint32_t block_tokens, uint32_t layers, uint32_t tokens,
+                 size_t bpt) {
+  std::vector<uint64_t> out;
+  std::vector<std::byte> buf(size_t{block_tokens} * bpt);
+  const uint32_t blocks =
+      block_tokens == 0 ? 0 : (tokens + block_tokens - 1) / block_tokens;
+  for (uint32_t k = 0; k < blocks && k < hashes.size(); ++k) {
+    auto first = k * block_tokens;
+    auto n = std::min(tokens - first, block_tokens);
+    for (uint32_t l = 0; l < layers; ++l) {
+      fill_tokens(hashes, block_tokens, l, first, first + n, bpt, buf.data());
+      out.push_back(gpu::block_checksum(buf.data(), size_t{n} * bpt));
+    }
+  }
+  return out;
+}
+
+block_tally check_prompt_checksums(const std::vector<uint64_t>& expected,
+                                   const uint64_t* actual, uint32_t layers,
+                                   uint32_t blocks) {
+  block_tally t;
+  for (uint32_t k = 0; k < blocks; ++k) {
+    bool ok = (size_t{k} + 1) * layers <= expected.size();
+    for (uint32_t l = 0; ok && l < layers; ++l)
+      ok = actual[size_t{k} * layers + l] == expected[size_t{k} * layers + l];
+    if (ok)
+      ++t.ok;
+    else
+      ++t.failed;
+  }
+  return t;
 }
 
 } // namespace dualpath::actors

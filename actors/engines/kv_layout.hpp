@@ -82,6 +82,40 @@ void fill_block(const std::vector<transport::block_hash>& hashes,
                 uint32_t block, uint32_t block_tokens, uint32_t layers,
                 uint32_t tokens, size_t bpt, std::byte* payload);
 
+/// A prompt in GPU memory as the decode node copies it there (its Full
+/// Blocks one after another) seen as segment grids (gpu::segment_grid) of
+/// its Layer Blocks: the full blocks' (row k * layers + l = block k, layer
+/// l) and, for a trailing partial block, its own (rows = layers, segments
+/// of its tokens only; empty when there is none).
+struct prompt_grids {
+  gpu::segment_grid full;
+  gpu::segment_grid partial;
+
+  size_t count() const {
+    return full.count() + partial.count();
+  }
+};
+
+prompt_grids grids_of(uint32_t block_tokens, uint32_t layers, uint32_t tokens,
+                      size_t bpt);
+
+/// The checksum (gpu::block_checksum) every Layer Block of such a prompt
+/// must have, in grids_of() order: computed from the deterministic content.
+std::vector<uint64_t>
+prompt_checksums(const std::vector<transport::block_hash>& hashes,
+                 uint32_t block_tokens, uint32_t layers, uint32_t tokens,
+                 size_t bpt);
+
+/// The blocks of such a prompt whose every Layer Block checksum in
+/// `actual` (grids_of() order) equals `expected`'s, and the others.
+struct block_tally {
+  uint32_t ok = 0;
+  uint32_t failed = 0;
+};
+block_tally check_prompt_checksums(const std::vector<uint64_t>& expected,
+                                   const uint64_t* actual, uint32_t layers,
+                                   uint32_t blocks);
+
 /// The Full Block payload of a lease in this process (the lease's region
 /// belongs to this node's reader): region.base + region.offset, skipping a
 /// file header if the region covers a whole block file.

@@ -418,10 +418,10 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
         std::find(names.begin(), names.end(), me.name) - names.begin());
     auto engine = cluster::spawn_node_engine(sys, *spec, built->node, group,
                                              time, scheduler, me.gpus);
-    auto engines = engine ? caf::expected<std::vector<caf::actor>>{
-                       std::vector<caf::actor>{*engine}}
-                          : caf::expected<std::vector<caf::actor>>{
-                              engine.error()};
+    auto engines =
+        engine ? caf::expected<std::vector<caf::actor>>{std::vector<caf::actor>{
+            *engine}}
+               : caf::expected<std::vector<caf::actor>>{engine.error()};
     caf::scoped_actor self{sys};
     caf::actor agent;
     if (!engines) {

@@ -331,7 +331,7 @@ struct layer_chunk {
   uint64_t request_id = 0;
   uint32_t first_token = 0;
   uint32_t tokens = 0;
-  uint64_t bytes = 0;       ///< Real bytes moved for it (0: none moved).
+  uint64_t bytes = 0;        ///< Real bytes moved for it (0: none moved).
   remote_region destination; ///< push_batch only: where the tokens go.
 };
 

@@ -138,8 +138,8 @@ struct reader_state {
   size_t leases = 0;           // slots leased now
   uint32_t read_held = 0;      // slots (places) held by reads: <= read_cap
   // Reservations waiting for room (served before any queued read).
-  std::deque<std::pair<reserve_request,
-                       caf::typed_response_promise<read_completion>>>
+  std::deque<
+      std::pair<reserve_request, caf::typed_response_promise<read_completion>>>
       reserves;
   // lease_runs: the places (slots) taken from the pool's capacity by
   // modeled reads, and the run leases (id -> blocks). A run lease id has
@@ -404,13 +404,13 @@ void serve_reserves(self_ptr self) {
         buffer_lease lease;
         lease.lease_id = (uint64_t{++st.lease_gen[*slot]} << 32) | *slot;
         lease.block_index = idx;
-        lease.region = remote_region{
-            st.cfg.node,
-            st.cfg.region_id,
-            st.cfg.region_key,
-            reinterpret_cast<uint64_t>(pool.base()),
-            pool.offset_of(*slot) + transport::storage::header_bytes,
-            payload_bytes(st)};
+        lease.region = remote_region{st.cfg.node,
+                                     st.cfg.region_id,
+                                     st.cfg.region_key,
+                                     reinterpret_cast<uint64_t>(pool.base()),
+                                     pool.offset_of(*slot)
+                                         + transport::storage::header_bytes,
+                                     payload_bytes(st)};
         st.leased[*slot] = 2;
         ++st.leases;
         done.leases.push_back(std::move(lease));
@@ -564,7 +564,7 @@ void complete_run(self_ptr self, io_job& job) {
   // Runs end with the job: a run's places are freed together.
   for (auto k = before; k < p.runs.size(); ++k)
     st.runs.emplace(p.runs[k].lease_id,
-                   reader_state::run_places_of{p.runs[k].blocks, true});
+                    reader_state::run_places_of{p.runs[k].blocks, true});
   if (h)
     observe_buffer(st);
   p.finished += job.parts.size();
@@ -631,13 +631,12 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
       [self](read_atom, read_request& req) -> caf::result<read_completion> {
         auto& st = self->state;
         if (req.blocks.size() > read_cap(st))
-          return caf::make_error(storage_errc::over_budget,
-                                 std::to_string(req.blocks.size())
-                                     + " blocks exceed the reads' share of "
-                                     + std::to_string(read_cap(st))
-                                     + " of a pool of "
-                                     + std::to_string(st.cfg.pool->slots())
-                                     + " slots");
+          return caf::make_error(
+              storage_errc::over_budget,
+              std::to_string(req.blocks.size())
+                  + " blocks exceed the reads' share of "
+                  + std::to_string(read_cap(st)) + " of a pool of "
+                  + std::to_string(st.cfg.pool->slots()) + " slots");
         if (req.blocks.empty()) {
           read_completion done;
           done.request_id = req.request_id;

@@ -27,10 +27,11 @@ namespace {
 std::vector<std::string> small(const std::string& command,
                                std::vector<std::string> extra) {
   std::vector<std::string> args{
-      dualpath_binary(), command, "--quiet",         "--json",
-      "--agents",        "6",     "--prefill-nodes", "1",
-      "--decode-nodes",  "1",     "--set",           "hardware.gpus_per_node=2",
-      "--byte-scale",    "656"};
+      dualpath_binary(), command, "--quiet", "--json", "--agents", "6",
+      "--prefill-nodes", "1", "--decode-nodes", "1", "--set",
+      "hardware.gpus_per_node=2",
+      // A two-GPU node holds a 37e9-parameter model's weights, not DS-660B's.
+      "--set", "model.total_params=37e9", "--byte-scale", "656"};
   args.insert(args.end(), extra.begin(), extra.end());
   if (std::find(extra.begin(), extra.end(), "--turns") == extra.end()) {
     args.emplace_back("--turns");
@@ -246,7 +247,7 @@ TEST_CASE("a small cluster simulated agrees with run on JCT within 10%") {
   }
 }
 
-TEST_CASE("coarser layer steps: far fewer streamer jobs, nearly the same JCT") {
+TEST_CASE("coarser layer steps: far fewer prefill jobs, nearly the same JCT") {
   auto fine = run_json(small("sim", {"--mode", "basic,dualpath"}));
   auto coarse = run_json(small(
       "sim", {"--mode", "basic,dualpath", "--set", "sim.layers_per_step=8"}));
@@ -255,10 +256,12 @@ TEST_CASE("coarser layer steps: far fewer streamer jobs, nearly the same JCT") {
     auto& f = fine["modes"][mode];
     auto& c = coarse["modes"][mode];
     auto jobs = [](json& m) {
-      return m["sim"]["events_by_actor"]["layer_streamer"].get<double>();
+      return m["sim"]["events_by_actor"]["prefill_engine"].get<double>();
     };
-    // 61 layers -> 8 steps: the per-layer protocol runs ~1/8 as often.
-    CHECK(jobs(c) < jobs(f) / 4);
+    // 61 layers -> 8 steps: the per-layer protocol runs ~1/8 as often (the
+    // engines' 10 ms fetch and report ticks stay: at 6 agents they are most
+    // of what is left).
+    CHECK(jobs(c) < jobs(f) * 3 / 4);
     CHECK(c["sim"]["events"].get<double>() < f["sim"]["events"].get<double>());
     // The same work: bytes read, requests, and JCT within 5%.
     for (auto key : {"bytes_read_pe_side", "bytes_read_de_side", "requests"})

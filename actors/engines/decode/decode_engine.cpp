@@ -1,11 +1,10 @@
 #include "actors/engines/decode/decode_engine.hpp"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include <caf/actor_cast.hpp>
@@ -19,6 +18,7 @@
 #include "actors/engines/kv_layout.hpp"
 #include "actors/protocol/scheduler_actor.hpp"
 #include "gpu/device.hpp"
+#include "gpu/host_memory.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/storage/block_format.hpp"
 #include "transport/storage/block_store.hpp"
@@ -39,6 +39,8 @@ CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, report_tick_atom,
              "detick")
 CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, kick_atom,
              "dekick")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::decode_atoms, on_gpu_atom,
+             "deongpu")
 
 namespace dualpath::actors {
 
@@ -56,7 +58,8 @@ using impl_actor = decode_engine_actor::extend<
     caf::reacts_to<pushed_atom, uint64_t, caf::error>,
     caf::reacts_to<prefill_end_atom, uint64_t>,
     caf::reacts_to<loaded_atom, uint64_t>, caf::reacts_to<step_atom, uint64_t>,
-    caf::reacts_to<kick_atom>, caf::reacts_to<report_tick_atom>>;
+    caf::reacts_to<kick_atom>, caf::reacts_to<on_gpu_atom, uint64_t>,
+    caf::reacts_to<report_tick_atom>>;
 
 // Where a request is (see the header).
 enum class de_phase : uint8_t {
@@ -96,6 +99,10 @@ struct de_request {
   uint64_t hbm_commit = 0; // nominal bytes committed on its GPU
   uint64_t hbm_use = 0;    // nominal bytes in its GPU's memory now
   gpu::device_buffer gpu;
+  // The H2D copy: its emulated time passed (loaded) / the device finished it
+  // (and the Layer Block checksums, when verified there).
+  bool h2d_timed = false;
+  bool h2d_done = true;
   uint32_t generated = 0; // decode steps done (tokens after the first)
   time_point first_token_at{};
   uint32_t persists_left = 0;
@@ -108,12 +115,22 @@ struct de_lane {
   uint64_t in_hbm = 0;    // nominal HBM bytes of its KV in GPU memory now
   uint32_t seq = 0;       // requests placed here and not done
   uint64_t tok = 0;       // their prompt tokens
-  std::vector<uint64_t> running;   // decoding
-  std::vector<uint64_t> joining;   // in GPU memory, join at the next step
-  std::deque<uint64_t> hbm_wait;   // complete, waiting for GPU memory
+  std::vector<uint64_t> running; // decoding
+  std::vector<uint64_t> joining; // in GPU memory, join at the next step
+  std::deque<uint64_t> hbm_wait; // complete, waiting for GPU memory
   gpu::stream stream;
-  // The node's buffer pinned with this GPU (H2D sources, D2H targets).
+  // The node's buffer registered for this GPU's copies (H2D sources, D2H
+  // targets): GPU 0 registers it, the others share that registration.
   gpu::pinned_host pinned;
+  // Verification on the GPU: the Layer Block checksums of one request at a
+  // time land in `sums` (pinned), `done` marks the end of its copy and
+  // checksums; `on_the_way` is that request.
+  gpu::event done;
+  gpu::host_memory sums;
+  size_t sums_capacity = 0; // uint64_t values
+  gpu::pinned_host sums_pinned;
+  std::vector<uint64_t> expected; // the checksums its content must have
+  std::optional<uint64_t> on_the_way;
 };
 
 struct persist_job {
@@ -175,8 +192,8 @@ std::byte* pool_slot_payload(const decode_state& st, uint32_t slot) {
 remote_region persist_source(const decode_state& st) {
   auto& reg = *st.cfg.node->pool_registration;
   auto d = reg.describe();
-  d.offset = st.cfg.node->pool->offset_of(*st.persist_slot)
-             + storage::header_bytes;
+  d.offset =
+      st.cfg.node->pool->offset_of(*st.persist_slot) + storage::header_bytes;
   d.length = st.payload_real;
   return d;
 }
@@ -218,9 +235,9 @@ void forget(self_ptr self, uint64_t id) {
   };
   drop(lane.running);
   drop(lane.joining);
-  lane.hbm_wait.erase(std::remove(lane.hbm_wait.begin(), lane.hbm_wait.end(),
-                                  id),
-                      lane.hbm_wait.end());
+  lane.hbm_wait.erase(
+      std::remove(lane.hbm_wait.begin(), lane.hbm_wait.end(), id),
+      lane.hbm_wait.end());
   release_leases(self, r);
   auto l = r.lane;
   st.requests.erase(i);
@@ -248,8 +265,8 @@ void on_read(self_ptr self, uint64_t id, read_completion c) {
     r.leases.push_back(l.lease_id);
     if (cfg.real_bytes && l.block_index < r.blocks)
       r.block_region[l.block_index] = l.region;
-    r.result.bytes_read_de += uint64_t{l.blocks} * cfg.model.block_tokens
-                              * kv_bytes_per_token(cfg);
+    r.result.bytes_read_de +=
+        uint64_t{l.blocks} * cfg.model.block_tokens * kv_bytes_per_token(cfg);
   }
   r.read_failed = std::move(c.failed);
   r.phase = de_phase::waiting;
@@ -282,10 +299,7 @@ de_request& place(self_ptr self, const assignment& a) {
   lane.committed += r.hbm_commit;
   ++lane.seq;
   lane.tok += r.tokens;
-  auto plan = a.plan;
-  auto full = r.tokens / cfg.model.block_tokens;
-  plan.hit_blocks = std::min(plan.hit_blocks, full);
-  plan.pe_side_blocks = std::min(plan.pe_side_blocks, plan.hit_blocks);
+  auto plan = plan_for(cfg.mode, a.plan, r.tokens / cfg.model.block_tokens);
   if (moves_bytes(cfg) && plan.hit_blocks > plan.pe_side_blocks
       && cfg.node->reader) {
     read_request rr;
@@ -293,11 +307,11 @@ de_request& place(self_ptr self, const assignment& a) {
     rr.blocks.assign(r.hashes.begin() + plan.pe_side_blocks,
                      r.hashes.begin() + plan.hit_blocks);
     rr.first_block = plan.pe_side_blocks;
-    rr.tokens = (plan.hit_blocks - plan.pe_side_blocks) * cfg.model.block_tokens;
-    read_blocks(self, cfg.node->reader, std::move(rr),
-                [self, id](read_completion c) {
-                  on_read(self, id, std::move(c));
-                });
+    rr.tokens =
+        (plan.hit_blocks - plan.pe_side_blocks) * cfg.model.block_tokens;
+    read_blocks(
+        self, cfg.node->reader, std::move(rr),
+        [self, id](read_completion c) { on_read(self, id, std::move(c)); });
   } else {
     r.phase = de_phase::waiting;
   }
@@ -333,10 +347,7 @@ void reserve_rest(self_ptr self, de_request& r) {
       held[k] = r.block_region[k].length > 0;
   } else {
     // Modeled: the read covered [pe_side, hit) but its failed blocks.
-    auto plan = r.a.plan;
-    auto full = r.tokens / cfg.model.block_tokens;
-    plan.hit_blocks = std::min(plan.hit_blocks, full);
-    plan.pe_side_blocks = std::min(plan.pe_side_blocks, plan.hit_blocks);
+    auto plan = plan_for(cfg.mode, r.a.plan, r.tokens / cfg.model.block_tokens);
     for (uint32_t k = plan.pe_side_blocks; k < plan.hit_blocks; ++k)
       held[k] = true;
     for (auto h : r.read_failed)
@@ -410,10 +421,21 @@ void on_layer(self_ptr self, const layer_batch& b) {
     auto t = sent;
     auto nominal = nominal_of_real(c.bytes, cfg.model);
     if (nominal > 0) {
-      t = std::max({t, reserve(cfg.node->dram, nominal, now),
-                    reserve(lane_link(cfg.node->cnic_rx, r.lane), nominal,
-                            now)});
+      auto& link = lane_link(cfg.node->cnic_rx, r.lane);
+      auto rx = reserve(link, nominal, now);
+      t = std::max({t, reserve(cfg.node->dram, nominal, now), rx});
       r.result.bytes_pe_to_de += nominal;
+      if (link && link->rate() > 0 && cfg.hooks && cfg.hooks->tracing()) {
+        // The layer's arrival: this NIC's window for its bytes, the end of
+        // the flow from the prefill engine's send (timeline).
+        auto busy = std::chrono::nanoseconds(
+            static_cast<int64_t>(static_cast<double>(nominal) * 1e9
+                                 / static_cast<double>(link->rate())));
+        span(cfg, "cnic", r.lane, "receive", r.id,
+             static_cast<int32_t>(b.layer),
+             since_start(cfg.time, std::max(now, rx - busy)),
+             since_start(cfg.time, rx), nominal, " rx");
+      }
     }
     r.last_arrival = std::max(r.last_arrival, t);
     auto& got = r.layer_tokens[b.layer];
@@ -439,7 +461,8 @@ void on_summary(self_ptr self, const prefill_summary& s) {
   auto own = s.hit_blocks > s.pe_side_blocks
                  ? uint64_t{s.hit_blocks - s.pe_side_blocks} * bt
                  : 0;
-  r.expected = static_cast<uint32_t>(r.tokens - std::min<uint64_t>(own, r.tokens));
+  r.expected =
+      static_cast<uint32_t>(r.tokens - std::min<uint64_t>(own, r.tokens));
   r.layers_complete = 0;
   for (auto got : r.layer_tokens)
     if (got >= r.expected)
@@ -467,7 +490,8 @@ caf::result<layer_batch> on_push(self_ptr self, layer_batch& b) {
                              "push for unknown request "
                                  + std::to_string(c.request_id));
     auto& r = i->second;
-    uint64_t nominal = uint64_t{c.tokens} * cfg.model.nominal_bytes_per_token_layer;
+    uint64_t nominal =
+        uint64_t{c.tokens} * cfg.model.nominal_bytes_per_token_layer;
     layer_chunk moved = c;
     moved.destination = remote_region{};
     moved.bytes = 0;
@@ -492,9 +516,9 @@ caf::result<layer_batch> on_push(self_ptr self, layer_batch& b) {
       moved.bytes = uint64_t{c.tokens} * unit;
     }
     if (nominal > 0) {
-      done = std::max({done, reserve(cfg.node->dram, nominal, now),
-                       reserve(lane_link(cfg.node->cnic_tx, r.lane), nominal,
-                               now)});
+      done = std::max(
+          {done, reserve(cfg.node->dram, nominal, now),
+           reserve(lane_link(cfg.node->cnic_tx, r.lane), nominal, now)});
       r.result.bytes_de_to_pe += nominal;
     }
     reply.chunks.push_back(std::move(moved));
@@ -536,6 +560,135 @@ void on_pushed(self_ptr self, uint64_t tag, caf::error error) {
 
 // -- prefill end: verify, into GPU memory, decode ---------------------------
 
+// Whether GPU `lane` checksums the prompts copied into its memory (and the
+// node buffer's copy is not read again by the host).
+bool verifies_on_device(const decode_state& st, uint32_t lane) {
+  const auto& cfg = st.cfg;
+  return cfg.verify_kv && cfg.real_bytes && moves_bytes(cfg)
+         && lane < cfg.devices.size() && cfg.devices[lane]
+         && st.lanes[lane].done.valid();
+}
+
+// Verifies the prompt KV byte for byte where it is in the node's buffer
+// (Oracle: the content the model computes, the KV being resident).
+void verify_in_buffer(self_ptr self, de_request& r) {
+  auto& cfg = self->state.cfg;
+  const auto bt = cfg.model.block_tokens;
+  std::vector<std::byte> scratch;
+  for (uint32_t k = 0; k < r.blocks; ++k) {
+    const std::byte* p = nullptr;
+    if (moves_bytes(cfg)) {
+      if (k < r.block_region.size() && r.block_region[k].length > 0)
+        p = local_bytes(r.block_region[k]);
+    } else {
+      scratch.resize(uint64_t{bt} * cfg.model.layers * bpt(cfg));
+      fill_block(r.hashes, k, bt, cfg.model.layers, r.tokens, bpt(cfg),
+                 scratch.data());
+      p = scratch.data();
+    }
+    if (p != nullptr
+        && check_block(r.hashes, k, bt, cfg.model.layers, r.tokens, bpt(cfg),
+                       p))
+      ++r.result.blocks_verified;
+    else
+      ++r.result.verify_failures;
+  }
+}
+
+// Compares the Layer Block checksums GPU `r.lane` computed with the ones
+// r's content must have.
+void verify_on_device(self_ptr self, de_request& r) {
+  auto& lane = self->state.lanes[r.lane];
+  auto tally = check_prompt_checksums(
+      lane.expected, reinterpret_cast<const uint64_t*>(lane.sums.get()),
+      self->state.cfg.model.layers, r.blocks);
+  r.result.blocks_verified += tally.ok;
+  r.result.verify_failures += tally.failed;
+}
+
+// Room for `count` checksums in `lane`'s pinned results (grown on demand:
+// the largest prompt so far).
+caf::error sums_room(gpu::device& dev, de_lane& lane, size_t count) {
+  if (count <= lane.sums_capacity)
+    return {};
+  lane.sums_pinned = gpu::pinned_host{};
+  lane.sums = gpu::allocate_host_memory(count * sizeof(uint64_t));
+  lane.sums_capacity = 0;
+  if (!lane.sums)
+    return caf::make_error(gpu::gpu_errc::out_of_memory,
+                           "checksum results: no host memory");
+  auto pinned = dev.pin(lane.sums.get(), count * sizeof(uint64_t));
+  if (!pinned)
+    return std::move(pinned.error());
+  lane.sums_pinned = std::move(*pinned);
+  lane.sums_capacity = count;
+  return {};
+}
+
+// Submits r's prompt KV, node buffer -> its GPU's memory, and, when
+// verifying there, the Layer Block checksums, then the event whose notice
+// (on_gpu) says the copy is done. False when nothing is in flight (the
+// device refused, the failure counted and the buffer verified instead; or,
+// under the deterministic test scheduler, the work was waited for here).
+bool submit_to_gpu(self_ptr self, de_request& r) {
+  auto& st = self->state;
+  auto& cfg = st.cfg;
+  auto& lane = st.lanes[r.lane];
+  auto& dev = *cfg.devices[r.lane];
+  std::vector<gpu::copy_chunk> chunks;
+  auto base = reinterpret_cast<uint64_t>(cfg.node->pool->base());
+  for (uint32_t k = 0; k < r.blocks; ++k)
+    if (r.block_region[k].length > 0)
+      chunks.push_back(
+          gpu::copy_chunk{static_cast<size_t>(r.block_region[k].base - base
+                                              + r.block_region[k].offset),
+                          size_t{k} * st.payload_real, st.payload_real});
+  auto err = dev.copy_h2d(lane.pinned, r.gpu, chunks, lane.stream);
+  const bool verify = verifies_on_device(st, r.lane);
+  auto grids =
+      grids_of(cfg.model.block_tokens, cfg.model.layers, r.tokens, bpt(cfg));
+  if (!err && verify)
+    err = sums_room(dev, lane, grids.count());
+  if (!err && verify && grids.full.count() > 0)
+    err = dev.enqueue_checksums(r.gpu, grids.full, lane.sums_pinned, 0,
+                                lane.stream);
+  if (!err && verify && grids.partial.count() > 0)
+    err = dev.enqueue_checksums(r.gpu, grids.partial, lane.sums_pinned,
+                                grids.full.count() * sizeof(uint64_t),
+                                lane.stream);
+  if (!err)
+    err = dev.record(lane.done, lane.stream);
+  const bool in_place = waits_for_device_in_place(self->home_system());
+  if (!err && !in_place) {
+    auto hdl = caf::actor_cast<caf::actor>(self);
+    err = dev.notify(lane.done, lane.stream, [hdl, id = r.id] {
+      caf::anon_send(hdl, on_gpu_atom_v, id);
+    });
+  }
+  if (!err && in_place)
+    err = dev.synchronize(lane.done);
+  if (err) {
+    // Nothing (more) completes: wait for what was submitted, then verify
+    // where the bytes still are.
+    static_cast<void>(dev.synchronize(lane.stream));
+    r.result.verify_failures += 1;
+    if (verify)
+      verify_in_buffer(self, r);
+    return false;
+  }
+  // The expected checksums, computed while the device works.
+  if (verify)
+    lane.expected = prompt_checksums(r.hashes, cfg.model.block_tokens,
+                                     cfg.model.layers, r.tokens, bpt(cfg));
+  if (in_place) {
+    if (verify)
+      verify_on_device(self, r);
+    return false;
+  }
+  lane.on_the_way = r.id;
+  return true;
+}
+
 void on_prefill_end(self_ptr self, uint64_t id) {
   auto& st = self->state;
   auto& cfg = st.cfg;
@@ -546,35 +699,8 @@ void on_prefill_end(self_ptr self, uint64_t id) {
   auto now = emulated_now(self, cfg.time);
   r.first_token_at = now;
   r.result.ttft_ns = since_start(cfg.time, now) - r.a.request.arrival_ns;
-  if (cfg.verify_kv) {
-    const auto bt = cfg.model.block_tokens;
-    std::vector<std::byte> scratch;
-    for (uint32_t k = 0; k < r.blocks; ++k) {
-      const std::byte* p = nullptr;
-      if (moves_bytes(cfg)) {
-        if (r.block_region[k].length > 0)
-          p = local_bytes(r.block_region[k]);
-      } else {
-        // Oracle: the KV is assumed resident; it is what the model computes.
-        scratch.resize(uint64_t{bt} * cfg.model.layers * bpt(cfg));
-        fill_block(r.hashes, k, bt, cfg.model.layers, r.tokens, bpt(cfg),
-                   scratch.data());
-        p = scratch.data();
-      }
-      if (p != nullptr
-          && check_block(r.hashes, k, bt, cfg.model.layers, r.tokens, bpt(cfg),
-                         p))
-        ++r.result.blocks_verified;
-      else {
-        ++r.result.verify_failures;
-        if (std::getenv("DP_DEBUG_VERIFY"))
-          std::fprintf(stderr, "verify: req %llu block %u of %u tokens %u summary hit %u pe %u region %llu\n",
-                       (unsigned long long) r.id, k, r.blocks, r.tokens,
-                       r.summary.hit_blocks, r.summary.pe_side_blocks,
-                       (unsigned long long) r.block_region[k].length);
-      }
-    }
-  }
+  if (cfg.verify_kv && !verifies_on_device(st, r.lane))
+    verify_in_buffer(self, r);
   r.phase = de_phase::loading;
   st.lanes[r.lane].hbm_wait.push_back(id);
   try_load(self, r.lane);
@@ -585,7 +711,7 @@ void try_load(self_ptr self, uint32_t lane_index) {
   auto& st = self->state;
   auto& cfg = st.cfg;
   auto& lane = st.lanes[lane_index];
-  while (!lane.hbm_wait.empty()) {
+  while (!lane.hbm_wait.empty() && !lane.on_the_way) {
     auto id = lane.hbm_wait.front();
     auto i = st.requests.find(id);
     if (i == st.requests.end()) {
@@ -609,35 +735,46 @@ void try_load(self_ptr self, uint32_t lane_index) {
       if (link && link->rate() > 0)
         trace(self, "cnic", r.lane, "h2d", id,
               since_start(cfg.time,
-                          std::max(now, rx - std::chrono::nanoseconds(
-                                                 static_cast<int64_t>(
-                                                     double(nominal) * 1e9
-                                                     / double(link->rate()))))),
+                          std::max(now, rx
+                                            - std::chrono::nanoseconds(
+                                                static_cast<int64_t>(
+                                                    double(nominal) * 1e9
+                                                    / double(link->rate()))))),
               since_start(cfg.time, rx), nominal, " rx");
     }
     auto& dev = cfg.devices[r.lane];
+    r.h2d_timed = false;
+    r.h2d_done = true;
     if (cfg.real_bytes && moves_bytes(cfg) && dev) {
       auto buf = dev->allocate(uint64_t{r.blocks} * st.payload_real);
       if (!buf) {
         r.result.verify_failures += 1; // the KV never reached GPU memory
+        if (verifies_on_device(st, r.lane))
+          verify_in_buffer(self, r);
       } else {
         r.gpu = std::move(*buf);
-        std::vector<gpu::copy_chunk> chunks;
-        auto base = reinterpret_cast<uint64_t>(cfg.node->pool->base());
-        for (uint32_t k = 0; k < r.blocks; ++k)
-          if (r.block_region[k].length > 0)
-            chunks.push_back(gpu::copy_chunk{
-                static_cast<size_t>(r.block_region[k].base - base
-                                    + r.block_region[k].offset),
-                size_t{k} * st.payload_real, st.payload_real});
-        auto err = dev->copy_h2d(lane.pinned, r.gpu, chunks, lane.stream);
-        if (!err)
-          err = dev->synchronize(lane.stream);
-        if (err)
-          r.result.verify_failures += 1;
+        r.h2d_done = !submit_to_gpu(self, r);
       }
     }
     send_at(self, cfg.time, t, loaded_atom_v, id);
+    if (!r.h2d_done)
+      return; // one prompt on its way to this GPU at a time (its checksums)
+  }
+}
+
+// r's KV is in GPU memory (emulated time passed and the device is done):
+// the node's buffer slots go back and it joins the next decode step.
+void join(self_ptr self, de_request& r) {
+  auto& st = self->state;
+  release_leases(self, r);
+  r.block_region.clear();
+  r.phase = de_phase::decoding;
+  st.lanes[r.lane].joining.push_back(r.id);
+  // The step starts after the messages already queued: sequences that reach
+  // GPU memory at the same instant join the same step.
+  if (!st.stepping && !st.kicked) {
+    st.kicked = true;
+    self->send(self, kick_atom_v);
   }
 }
 
@@ -647,17 +784,29 @@ void on_loaded(self_ptr self, uint64_t id) {
   if (i == st.requests.end() || i->second.phase != de_phase::loading)
     return;
   auto& r = i->second;
-  // The KV is in GPU memory: the node's buffer slots go back.
-  release_leases(self, r);
-  r.block_region.clear();
-  r.phase = de_phase::decoding;
-  st.lanes[r.lane].joining.push_back(id);
-  // The step starts after the messages already queued: sequences that reach
-  // GPU memory at the same instant join the same step.
-  if (!st.stepping && !st.kicked) {
-    st.kicked = true;
-    self->send(self, kick_atom_v);
-  }
+  r.h2d_timed = true;
+  if (r.h2d_done)
+    join(self, r);
+}
+
+// The device finished request `id`'s copy (and checksums).
+void on_gpu(self_ptr self, uint64_t id) {
+  auto& st = self->state;
+  auto i = st.requests.find(id);
+  if (i == st.requests.end())
+    return;
+  auto& r = i->second;
+  auto& lane = st.lanes[r.lane];
+  if (lane.on_the_way != id)
+    return;
+  lane.on_the_way.reset();
+  if (verifies_on_device(st, r.lane))
+    verify_on_device(self, r);
+  r.h2d_done = true;
+  auto l = r.lane;
+  if (r.h2d_timed && r.phase == de_phase::loading)
+    join(self, r);
+  try_load(self, l);
 }
 
 void on_decode_end(self_ptr self, de_request& r);
@@ -759,7 +908,8 @@ void send_done(self_ptr self, uint64_t id) {
   r.result.bytes_compute_net =
       r.result.bytes_pe_to_de + r.result.bytes_de_to_pe;
   if (r.result.done_ns == 0)
-    r.result.done_ns = since_start(st.cfg.time, emulated_now(self, st.cfg.time));
+    r.result.done_ns =
+        since_start(st.cfg.time, emulated_now(self, st.cfg.time));
   auto result = r.result;
   if (st.cfg.hooks && st.cfg.hooks->tracing()) {
     auto now = since_start(st.cfg.time, emulated_now(self, st.cfg.time));
@@ -792,6 +942,12 @@ void on_decode_end(self_ptr self, de_request& r) {
     if (cfg.node && cfg.node->store)
       if (auto stats = storage::populate(*cfg.node->store, {seq}))
         r.result.blocks_persisted += static_cast<uint32_t>(stats->written);
+    send_done(self, r.id);
+    return;
+  }
+  if (r.result.verify_failures > 0) {
+    // KV that failed its check never reaches the store: a later turn would
+    // read it as a hit.
     send_done(self, r.id);
     return;
   }
@@ -833,8 +989,7 @@ void on_decode_end(self_ptr self, de_request& r) {
   pump_persist(self);
 }
 
-void persist_done(self_ptr self, uint64_t id, uint32_t written,
-                  uint32_t jobs) {
+void persist_done(self_ptr self, uint64_t id, uint32_t written, uint32_t jobs) {
   auto& st = self->state;
   auto i = st.requests.find(id);
   if (i == st.requests.end())
@@ -903,11 +1058,11 @@ void pump_persist(self_ptr self) {
     // memory as in the buffer).
     auto slot_off = static_cast<size_t>(
         cfg.node->pool->offset_of(*st.persist_slot) + storage::header_bytes);
-    auto err = dev->copy_d2h(
-        r.gpu, st.lanes[r.lane].pinned,
-        {gpu::copy_chunk{size_t{job.block} * st.payload_real, slot_off,
-                         st.payload_real}},
-        st.lanes[r.lane].stream);
+    auto err =
+        dev->copy_d2h(r.gpu, st.lanes[r.lane].pinned,
+                      {gpu::copy_chunk{size_t{job.block} * st.payload_real,
+                                       slot_off, st.payload_real}},
+                      st.lanes[r.lane].stream);
     if (!err)
       err = dev->synchronize(st.lanes[r.lane].stream);
     copied = !err;
@@ -1002,16 +1157,28 @@ caf::error setup(decode_state& st) {
     if (!st.persist_slot)
       return caf::make_error(gpu::gpu_errc::budget_exceeded,
                              "no buffer slot left for persists");
+    // The node's buffer is registered once (the first GPU with a device);
+    // the other GPUs share that registration.
+    const gpu::pinned_host* first = nullptr;
     for (uint32_t k = 0; k < cfg.gpus; ++k)
       if (auto& dev = cfg.devices[k]) {
-        auto pinned = dev->pin(cfg.node->pool->base(), cfg.node->pool->size());
+        auto& lane = st.lanes[k];
+        auto pinned =
+            first ? dev->share_pinned(*first)
+                  : dev->pin(cfg.node->pool->base(), cfg.node->pool->size());
         if (!pinned)
           return std::move(pinned.error());
-        st.lanes[k].pinned = std::move(*pinned);
+        lane.pinned = std::move(*pinned);
+        if (!first)
+          first = &lane.pinned;
         auto s = dev->make_stream();
         if (!s)
           return std::move(s.error());
-        st.lanes[k].stream = std::move(*s);
+        lane.stream = std::move(*s);
+        auto ev = dev->make_event();
+        if (!ev)
+          return std::move(ev.error());
+        lane.done = std::move(*ev);
       }
   }
   return {};
@@ -1025,6 +1192,15 @@ impl_actor::behavior_type decode_engine(self_ptr self, engine_config cfg) {
   }
   self->attach_functor([self] {
     auto& st = self->state;
+    // Copies still on a stream read the buffer and write GPU memory that
+    // go away with the state.
+    for (uint32_t k = 0; k < st.lanes.size(); ++k)
+      if (k < st.cfg.devices.size() && st.cfg.devices[k]
+          && st.lanes[k].stream.valid())
+        static_cast<void>(st.cfg.devices[k]->synchronize(st.lanes[k].stream));
+    // Shared registrations before the one they share.
+    for (auto k = st.lanes.size(); k > 0; --k)
+      st.lanes[k - 1].pinned = gpu::pinned_host{};
     if (st.persist_slot && st.cfg.node && st.cfg.node->pool)
       st.cfg.node->pool->release(*st.persist_slot);
     st.persist_slot.reset();
@@ -1079,6 +1255,7 @@ impl_actor::behavior_type decode_engine(self_ptr self, engine_config cfg) {
       },
       [self](prefill_end_atom, uint64_t id) { on_prefill_end(self, id); },
       [self](loaded_atom, uint64_t id) { on_loaded(self, id); },
+      [self](on_gpu_atom, uint64_t id) { on_gpu(self, id); },
       [self](step_atom, uint64_t step) { on_step(self, step); },
       [self](kick_atom) {
         self->state.kicked = false;

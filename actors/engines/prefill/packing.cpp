@@ -56,9 +56,8 @@ packed_batch pack_gpu_batch(const std::vector<pack_candidate>& ready,
         return out;
       }
       ch.bsz = std::min(ch.bsz, (lim.hbm_bytes - base) / per_token);
-      ch.predicted_s = lim.policy == batching::quota
-                           ? predict(ch.cached, ch.bsz)
-                           : 0;
+      ch.predicted_s =
+          lim.policy == batching::quota ? predict(ch.cached, ch.bsz) : 0;
       out.chunks.push_back(ch);
     }
     break;

@@ -1,8 +1,6 @@
 #include "actors/engines/prefill/prefill_engine.hpp"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 
 #include <caf/actor_cast.hpp>
 #include <caf/exit_reason.hpp>
@@ -148,8 +146,7 @@ void on_slot(self_ptr self, uint64_t id, decode_slot slot) {
       unused.push_back(l.lease_id);
       continue;
     }
-    j.bytes_read_pe +=
-        uint64_t{bt} * l.blocks * kv_bytes_per_token(cfg);
+    j.bytes_read_pe += uint64_t{bt} * l.blocks * kv_bytes_per_token(cfg);
     if (cfg.real_bytes && l.block_index < pe_side)
       j.pe_block[l.block_index] = lease_payload(l, payload);
     j.leases.push_back(l.lease_id);
@@ -211,10 +208,9 @@ void on_assigned(self_ptr self, work_batch& w) {
                        j.hashes.begin() + j.plan.pe_side_blocks);
       rr.first_block = 0;
       rr.tokens = j.plan.pe_side_blocks * cfg.model.block_tokens;
-      read_blocks(self, cfg.node->reader, std::move(rr),
-                  [self, id](read_completion c) {
-                    on_read(self, id, std::move(c));
-                  });
+      read_blocks(
+          self, cfg.node->reader, std::move(rr),
+          [self, id](read_completion c) { on_read(self, id, std::move(c)); });
     } else {
       j.phase = pe_phase::queued;
     }
@@ -230,7 +226,8 @@ std::unique_ptr<prefill_step_run> pack_step(self_ptr self) {
   step->window = cfg.mode == load_mode::basic
                      ? std::max<uint32_t>(cfg.model.layers, 1)
                      : std::max<uint32_t>(cfg.layer_window, 1);
-  step->window = std::min(step->window, std::max<uint32_t>(cfg.model.layers, 1));
+  step->window =
+      std::min(step->window, std::max<uint32_t>(cfg.model.layers, 1));
   pack_limits lim;
   lim.policy = cfg.packing;
   lim.quota_s = cfg.quota_s;
@@ -253,9 +250,8 @@ std::unique_ptr<prefill_step_run> pack_step(self_ptr self) {
     for (auto id : lane.fifo) {
       auto& j = st.jobs.at(id);
       if (j.phase == pe_phase::ready)
-        ready.push_back(pack_candidate{id, j.done_tokens,
-                                       j.tokens - std::min(j.tokens,
-                                                           j.done_tokens)});
+        ready.push_back(pack_candidate{
+            id, j.done_tokens, j.tokens - std::min(j.tokens, j.done_tokens)});
     }
     if (ready.empty())
       continue;
@@ -294,27 +290,6 @@ std::unique_ptr<prefill_step_run> pack_step(self_ptr self) {
       stats->batch(l.chunks.size());
     }
   }
-  if (std::getenv("DP_DEBUG_STEPS")) {
-    size_t phases[5] = {0, 0, 0, 0, 0};
-    for (auto& [id, j] : st.jobs)
-      ++phases[static_cast<int>(j.phase)];
-    size_t chunks = 0;
-    uint64_t toks = 0;
-    for (auto& l : step->lanes) {
-      chunks += l.chunks.size();
-      for (auto& c : l.chunks)
-        toks += c.tokens;
-    }
-    std::fprintf(stderr, "PE %s t=%.3f step chunks=%zu new=%llu layer=%.2fms step=%.1fms | reading %zu queued %zu admitting %zu ready %zu prefilling %zu | pool %u/%u snic %.1fGB\n",
-                 cfg.node->name.c_str(),
-                 since_start(cfg.time, emulated_now(self, cfg.time)) / 1e9,
-                 chunks, (unsigned long long) toks, step->layer_s * 1e3,
-                 step->layer_s * 1e3 * cfg.model.layers, phases[0], phases[1],
-                 phases[2], phases[3], phases[4],
-                 cfg.node->pool ? cfg.node->pool->in_use() : 0u,
-                 cfg.node->pool ? cfg.node->pool->slots() : 0u,
-                 cfg.node->snic->bytes() / 1e9);
-  }
   step->layers.resize(cfg.model.layers);
   step->id = st.next_step++;
   return step;
@@ -328,8 +303,8 @@ group_report group_load(self_ptr self) {
   g.role = engine_role::prefill;
   auto q = read_queue_of(cfg);
   for (uint32_t k = 0; k < st.lanes.size(); ++k) {
-    auto x = lane_load(cfg, k, st.lanes[k].seq, st.lanes[k].tok,
-                       cfg.hbm_kv_bytes);
+    auto x =
+        lane_load(cfg, k, st.lanes[k].seq, st.lanes[k].tok, cfg.hbm_kv_bytes);
     x.read_q_tokens = q.tokens;
     x.read_q_bytes = q.bytes;
     g.engines.push_back(x);
@@ -358,9 +333,9 @@ void fetch(self_ptr self) {
           [self](caf::error& err) {
             auto& cfg = self->state.cfg;
             if (cfg.hooks)
-              cfg.hooks->count("dualpath_errors_total",
-                               {{"source", "prefill_engine"},
-                                {"kind", "fetch"}});
+              cfg.hooks->count(
+                  "dualpath_errors_total",
+                  {{"source", "prefill_engine"}, {"kind", "fetch"}});
             if (cfg.observer) {
               event_record ev;
               ev.source = cfg.node->name + "/prefill";
@@ -377,8 +352,14 @@ caf::error make_staging(const engine_config& cfg, uint32_t g, pe_staging& s) {
   s.size = real_bytes(cfg.hbm_kv_bytes, cfg.byte_scale);
   if (s.size == 0 || !copies_bytes(cfg))
     return {};
-  // Not value-initialised: pages are touched only when KV lands there.
-  s.memory.reset(new std::byte[s.size]);
+  // Page-aligned, not value-initialised: pages are touched only when KV
+  // lands there.
+  s.memory = gpu::allocate_host_memory(s.size);
+  if (!s.memory)
+    return caf::make_error(gpu::gpu_errc::out_of_memory,
+                           "prefill staging of " + std::to_string(s.size)
+                               + " B for GPU " + std::to_string(g)
+                               + ": no host memory");
   if (auto& dev = cfg.devices[g]) {
     auto pinned = dev->pin(s.memory.get(), s.size);
     if (!pinned)
@@ -426,6 +407,7 @@ impl_actor::behavior_type prefill_engine(self_ptr self, engine_config cfg) {
       fail_job(self, id,
                caf::make_error(caf::sec::request_receiver_down,
                                "decode engine lost"));
+    lost_decode_engine(self, dm.source);
   });
   if (st.cfg.scheduler)
     schedule_fetch(self);
@@ -434,12 +416,22 @@ impl_actor::behavior_type prefill_engine(self_ptr self, engine_config cfg) {
       [self](status_atom) { return group_load(self); },
       [self](fetch_tick_atom) { fetch(self); },
       [self](loaded_atom, uint64_t step) { on_loaded(self, step); },
+      [self](kick_atom) {
+        auto& st = self->state;
+        st.kicked = false;
+        if (st.step)
+          return;
+        if (auto step = pack_step(self))
+          run_step(self, std::move(step));
+      },
       [self](computed_atom, uint64_t step, uint32_t l) {
         on_computed(self, step, l);
       },
       [self](sent_atom, uint64_t step, uint32_t l) { on_sent(self, step, l); },
       [self](posted_atom, uint64_t step, uint32_t l, bool load,
-             caf::error& err) { on_posted(self, step, l, load, std::move(err)); },
+             caf::error& err) {
+        on_posted(self, step, l, load, std::move(err));
+      },
   };
 }
 
@@ -472,10 +464,10 @@ void pump(self_ptr self) {
   auto& st = self->state;
   for (auto& lane : st.lanes)
     admit_ahead(self, lane);
-  if (st.step)
+  if (st.step || st.kicked)
     return;
-  if (auto step = pack_step(self))
-    run_step(self, std::move(step));
+  st.kicked = true;
+  self->send(self, kick_atom_v);
 }
 
 void release_loaded(self_ptr self, const prefill_step_run& step) {
@@ -525,23 +517,6 @@ void step_finished(self_ptr self, const prefill_step_run& step) {
 } // namespace dualpath::actors::prefill
 
 namespace dualpath::actors {
-
-read_plan plan_for(load_mode mode, read_plan plan, uint32_t full_blocks) {
-  plan.hit_blocks = std::min(plan.hit_blocks, full_blocks);
-  plan.pe_side_blocks = std::min(plan.pe_side_blocks, plan.hit_blocks);
-  switch (mode) {
-    case load_mode::basic:
-    case load_mode::layerwise:
-      plan.pe_side_blocks = plan.hit_blocks;
-      break;
-    case load_mode::dualpath:
-      break;
-    case load_mode::oracle:
-      plan.pe_side_blocks = 0;
-      break;
-  }
-  return plan;
-}
 
 prefill_engine_actor spawn_prefill_engine(caf::actor_system& sys,
                                           engine_config cfg) {

@@ -60,10 +60,6 @@
 
 namespace dualpath::actors {
 
-/// The read plan a prefill engine applies in `mode` to the scheduler's plan
-/// `plan` for a prompt with `full_blocks` full blocks.
-read_plan plan_for(load_mode mode, read_plan plan, uint32_t full_blocks);
-
 /// Spawns the prefill engine of `cfg.node`; the actor exits at once with the
 /// error if its GPUs' staging memory cannot be set up.
 prefill_engine_actor spawn_prefill_engine(caf::actor_system& sys,

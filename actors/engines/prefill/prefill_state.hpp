@@ -18,6 +18,7 @@
 #include "actors/engines/engine_common.hpp"
 #include "actors/protocol/prefill_engine_actor.hpp"
 #include "gpu/device.hpp"
+#include "gpu/host_memory.hpp"
 #include "transport/bulk/backend.hpp"
 
 // Private atoms: messages the engine sends itself (timers, completions from
@@ -32,6 +33,8 @@ CAF_ADD_ATOM(dualpath_actors, dualpath::actors::prefill_atoms, posted_atom,
              "peposted")
 CAF_ADD_ATOM(dualpath_actors, dualpath::actors::prefill_atoms, loaded_atom,
              "peloaded")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::prefill_atoms, kick_atom,
+             "pekick")
 
 namespace dualpath::actors::prefill {
 
@@ -46,6 +49,7 @@ using time_point = emulated_time::time_point;
 // error).
 using impl_actor = prefill_engine_actor::extend<
     caf::reacts_to<fetch_tick_atom>, caf::reacts_to<loaded_atom, uint64_t>,
+    caf::reacts_to<kick_atom>,
     caf::reacts_to<computed_atom, uint64_t, uint32_t>,
     caf::reacts_to<sent_atom, uint64_t, uint32_t>,
     caf::reacts_to<posted_atom, uint64_t, uint32_t, bool, caf::error>>;
@@ -80,14 +84,14 @@ struct pe_job {
   // Released once the request's last layer is in GPU memory (pushed from
   // the buffer: the KV no longer needs the DRAM), or when it leaves.
   std::vector<uint64_t> leases;
-  uint64_t bytes_read_pe = 0;   // nominal
+  uint64_t bytes_read_pe = 0; // nominal
   time_point placed_at{};
 };
 
 // One GPU's staging: host memory mirroring its HBM for KV (real bytes),
 // pinned with its device and registered with the node's bulk transport once.
 struct pe_staging {
-  std::unique_ptr<std::byte[]> memory;
+  gpu::host_memory memory;
   uint64_t size = 0;
   gpu::pinned_host pinned;
   gpu::stream stream;
@@ -118,6 +122,10 @@ struct step_lane {
 
 struct step_layer {
   uint32_t pushes_pending = 0; // push replies (and loopback H2D) awaited
+  // The decode engines whose push reply is awaited: one lost meanwhile
+  // never answers (a node lost behind the scheduler node), so its loss
+  // settles the push (lost_decode_engine).
+  std::vector<caf::actor> push_targets;
   bool loading = false;
   bool load_known = false; // every load answered: ready_at is final
   time_point ready_at{};
@@ -148,6 +156,9 @@ struct prefill_state {
   std::unordered_map<uint64_t, pe_job> jobs;
   std::unique_ptr<prefill_step_run> step;
   uint64_t next_step = 1;
+  // A step start is due: it packs after the messages already queued, so
+  // requests ready at the same instant share the step.
+  bool kicked = false;
   static inline const char* name = "prefill_engine";
 };
 
@@ -179,5 +190,9 @@ void on_loaded(self_ptr self, uint64_t step);
 void on_sent(self_ptr self, uint64_t step, uint32_t layer);
 void on_posted(self_ptr self, uint64_t step, uint32_t layer, bool load,
                caf::error err);
+
+/// A decode engine was lost: pushes awaited from it are settled as failed
+/// (its requests fail), so the step goes on.
+void lost_decode_engine(self_ptr self, const caf::actor_addr& de);
 
 } // namespace dualpath::actors::prefill

@@ -37,8 +37,7 @@ bool current(self_ptr self, uint64_t step) {
 
 pe_job* job_of(self_ptr self, uint64_t id) {
   auto i = self->state.jobs.find(id);
-  return i == self->state.jobs.end() || i->second.failed ? nullptr
-                                                          : &i->second;
+  return i == self->state.jobs.end() || i->second.failed ? nullptr : &i->second;
 }
 
 // Staging offset of token `t` of chunk `c` in layer `l`'s slot.
@@ -136,8 +135,8 @@ void start_load(self_ptr self, uint32_t l) {
           if (cfg.h2d_via_transport && cfg.node->pool_registration) {
             auto pool_base = reinterpret_cast<const std::byte*>(
                 cfg.node->pool_registration->data());
-            auto to = staging.registration.describe().subrange(dst,
-                                                               layer_block);
+            auto to =
+                staging.registration.describe().subrange(dst, layer_block);
             if (to)
               loopback.writes.push_back(bulk::write_request{
                   cfg.node->pool_registration,
@@ -184,9 +183,8 @@ void start_load(self_ptr self, uint32_t l) {
     auto hdl = caf::actor_cast<caf::actor>(self);
     auto early = post_or_complete(*cfg.node->bulk, std::move(loopback),
                                   [hdl, step, l](bulk::completion c) {
-                                    caf::anon_send(hdl, posted_atom_v, step,
-                                                   l, true,
-                                                   std::move(c.error));
+                                    caf::anon_send(hdl, posted_atom_v, step, l,
+                                                   true, std::move(c.error));
                                   });
     if (early) {
       --lay.pushes_pending;
@@ -200,14 +198,27 @@ void start_load(self_ptr self, uint32_t l) {
   }
   for (auto& [de, batch] : pushes) {
     ++lay.pushes_pending;
+    lay.push_targets.push_back(de);
     auto ids = std::vector<uint64_t>{};
     for (auto& c : batch.chunks)
       ids.push_back(c.request_id);
+    // Whether the push from `de` is still awaited (a lost engine's was
+    // settled already); removes it.
+    auto settle = [self, step, l, de] {
+      if (!current(self, step))
+        return false;
+      auto& targets = self->state.step->layers[l].push_targets;
+      auto i = std::find(targets.begin(), targets.end(), de);
+      if (i == targets.end())
+        return false;
+      targets.erase(i);
+      return true;
+    };
     self->request(caf::actor_cast<decode_engine_actor>(de), caf::infinite,
                   push_atom_v, std::move(batch))
         .then(
-            [self, step, l](layer_batch& r) {
-              if (!current(self, step))
+            [self, step, l, settle](layer_batch& r) {
+              if (!settle())
                 return;
               auto& st = self->state;
               auto& cfg = st.cfg;
@@ -231,8 +242,8 @@ void start_load(self_ptr self, uint32_t l) {
               --lay.pushes_pending;
               load_done(self, l);
             },
-            [self, step, l, ids](caf::error& err) {
-              if (!current(self, step))
+            [self, step, l, ids, settle](caf::error& err) {
+              if (!settle())
                 return;
               for (auto id : ids)
                 fail_job(self, id, err);
@@ -370,11 +381,11 @@ void start_send(self_ptr self, uint32_t l) {
   for (auto& [node, batch] : batches) {
     ++lay.posts_pending;
     batch.tag = (step << 16) | l;
-    auto early = post_or_complete(
-        *cfg.node->bulk, std::move(batch), [hdl, step, l](bulk::completion c) {
-          caf::anon_send(hdl, posted_atom_v, step, l, false,
-                         std::move(c.error));
-        });
+    auto early = post_or_complete(*cfg.node->bulk, std::move(batch),
+                                  [hdl, step, l](bulk::completion c) {
+                                    caf::anon_send(hdl, posted_atom_v, step, l,
+                                                   false, std::move(c.error));
+                                  });
     if (early) {
       --lay.posts_pending;
       if (early->error)
@@ -419,6 +430,26 @@ void on_posted(self_ptr self, uint64_t step, uint32_t l, bool load,
   }
 }
 
+void lost_decode_engine(self_ptr self, const caf::actor_addr& de) {
+  auto& st = self->state;
+  if (!st.step)
+    return;
+  auto step = st.step->id;
+  for (uint32_t l = 0; l < st.step->layers.size(); ++l) {
+    if (!current(self, step))
+      return;
+    auto& lay = st.step->layers[l];
+    auto i =
+        std::find_if(lay.push_targets.begin(), lay.push_targets.end(),
+                     [&de](const caf::actor& x) { return x.address() == de; });
+    if (i == lay.push_targets.end())
+      continue;
+    lay.push_targets.erase(i);
+    --lay.pushes_pending;
+    load_done(self, l);
+  }
+}
+
 void on_loaded(self_ptr self, uint64_t step) {
   if (current(self, step))
     release_loaded(self, *self->state.step);
@@ -446,9 +477,9 @@ void on_computed(self_ptr self, uint64_t step, uint32_t l) {
         auto off = staging_at(s, lane, c, l, c.first, unit);
         fill_tokens(j->hashes, cfg.model.block_tokens, l, c.first,
                     c.first + c.tokens, unit, staging.memory.get() + off);
-        chunks.push_back(gpu::copy_chunk{
-            staging_at(s, lane, c, l, 0, unit), c.offset,
-            uint64_t{c.first + c.tokens} * unit});
+        chunks.push_back(gpu::copy_chunk{staging_at(s, lane, c, l, 0, unit),
+                                         c.offset,
+                                         uint64_t{c.first + c.tokens} * unit});
       }
       if (!chunks.empty() && g < lay.gpu.size() && lay.gpu[g].valid()) {
         auto& dev = *cfg.devices[g];
@@ -514,7 +545,7 @@ void on_sent(self_ptr self, uint64_t step, uint32_t l) {
       if (c.send_hits)
         add(0, j->pe_side_tokens);
       add(c.first, c.first + c.tokens);
-      (void) bt;
+      (void)bt;
     }
   for (auto& [de, note] : notes)
     if (!moves_bytes(cfg) || !note.chunks.empty()) {

@@ -3,7 +3,7 @@
 // What the engines share: a storage read through read_blocks yields the
 // reader's completion when it answers, and every block as failed (a miss to
 // recompute) when the reader fails as a whole; one GPU's load report; the
-// byte units of an engine's model.
+// byte units of an engine's model; each mode's read plan.
 #include <doctest/doctest.h>
 
 #include <future>
@@ -127,4 +127,22 @@ TEST_CASE("byte units and the modes that move KV") {
   c.mode = load_mode::oracle;
   CHECK_FALSE(moves_bytes(c));
   CHECK_FALSE(copies_bytes(c));
+}
+
+TEST_CASE("each mode applies its own read plan") {
+  read_plan scheduled{5, 2};
+  auto basic = plan_for(load_mode::basic, scheduled, 10);
+  CHECK_EQ(basic.hit_blocks, 5u);
+  CHECK_EQ(basic.pe_side_blocks, 5u);
+  auto layerwise = plan_for(load_mode::layerwise, scheduled, 10);
+  CHECK_EQ(layerwise.pe_side_blocks, 5u);
+  auto dual = plan_for(load_mode::dualpath, scheduled, 10);
+  CHECK_EQ(dual.hit_blocks, 5u);
+  CHECK_EQ(dual.pe_side_blocks, 2u);
+  auto oracle = plan_for(load_mode::oracle, scheduled, 10);
+  CHECK_EQ(oracle.pe_side_blocks, 0u);
+  // Hits never exceed the prompt's full blocks, nor PE-side the hits.
+  auto clamped = plan_for(load_mode::dualpath, read_plan{9, 12}, 3);
+  CHECK_EQ(clamped.hit_blocks, 3u);
+  CHECK_EQ(clamped.pe_side_blocks, 3u);
 }

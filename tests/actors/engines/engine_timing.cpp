@@ -31,9 +31,8 @@ engine_config ds_660b_engine() {
   c.group_model.routed_share = 0.6;
   c.group_model.layer_overhead_s = 30e-6;
   c.group_model.weight_bytes_per_gpu = 21e9;
-  c.group_model.curve = dualpath::gpu::efficiency_curve{{{300, 0.345},
-                                                         {1500, 0.862},
-                                                         {3000, 1.0}}};
+  c.group_model.curve = dualpath::gpu::efficiency_curve{
+      {{300, 0.345}, {1500, 0.862}, {3000, 1.0}}};
   return c;
 }
 
@@ -45,8 +44,7 @@ TEST_CASE("coarse steps keep bytes and compute, not the step count") {
   // Two GPUs of a group, the second with a smaller batch.
   std::vector<std::vector<dualpath::gpu::sequence_shape>> batch{
       {{30'000, 500}, {12'000, 2'000}}, {{8'000, 400}}};
-  auto fine_total =
-      fine.model.layers * prefill_step_layer(fine, batch).layer_s;
+  auto fine_total = fine.model.layers * prefill_step_layer(fine, batch).layer_s;
   for (uint32_t k : {2u, 4u, 8u, 61u, 100u}) {
     CAPTURE(k);
     auto coarse = fine;

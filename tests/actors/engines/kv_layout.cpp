@@ -48,7 +48,8 @@ TEST_CASE("a prompt in Full Blocks checks exact; a flipped byte fails") {
   auto hashes = prompt_block_hashes(ids, bt);
   REQUIRE_EQ(hashes.size(), 3u); // 4 + 4 + a partial block of 2
   const size_t payload = size_t{layers} * bt * bpt;
-  std::vector<std::vector<std::byte>> blocks(3, std::vector<std::byte>(payload));
+  std::vector<std::vector<std::byte>> blocks(3,
+                                             std::vector<std::byte>(payload));
   // Block 0 as the store holds it (one Layer Block after another).
   for (uint32_t l = 0; l < layers; ++l)
     storage::kv_fill_layer(hashes[0], l, bt, bpt,
@@ -77,9 +78,11 @@ TEST_CASE("a prompt in Full Blocks checks exact; a flipped byte fails") {
   CHECK(check_block(hashes, 2, bt, layers, tokens, bpt, filled.data()));
   // Token 9 (the partial block's second) in layer 1; block 0 in layer 2.
   blocks[2][block_offset(1, 1, bt, bpt) + 5] ^= std::byte{1};
-  CHECK_FALSE(check_block(hashes, 2, bt, layers, tokens, bpt, blocks[2].data()));
+  CHECK_FALSE(
+      check_block(hashes, 2, bt, layers, tokens, bpt, blocks[2].data()));
   blocks[0][block_offset(2, 3, bt, bpt)] ^= std::byte{4};
-  CHECK_FALSE(check_block(hashes, 0, bt, layers, tokens, bpt, blocks[0].data()));
+  CHECK_FALSE(
+      check_block(hashes, 0, bt, layers, tokens, bpt, blocks[0].data()));
   CHECK(check_block(hashes, 1, bt, layers, tokens, bpt, blocks[1].data()));
   // No block past the prompt.
   CHECK_FALSE(check_block(hashes, 3, bt, layers, tokens, bpt, filled.data()));

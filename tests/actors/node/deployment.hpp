@@ -221,7 +221,9 @@ inline std::string cluster_toml(const deployment_ports& p,
 /// run it is compared with (1 prefill node, 2 decode nodes, 2 GPUs each).
 inline std::vector<std::string>
 deployment_settings(uint32_t agents, uint32_t turns, double time_scale) {
+  // A two-GPU node holds a 37e9-parameter model's weights, not DS-660B's.
   return {"--set", "hardware.gpus_per_node=2",
+          "--set", "model.total_params=37e9",
           "--set", "run.byte_scale=656",
           "--set", "run.time_scale=" + std::to_string(time_scale),
           "--set", "run.modes=dualpath",

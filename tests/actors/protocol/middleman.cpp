@@ -198,8 +198,8 @@ TEST_CASE_FIXTURE(fixture, "storage reader interface over the middleman") {
   REQUIRE_EQ(c.leases.size(), 2u);
   CHECK_EQ(c.leases[1].hash, 0xbbu);
   CHECK_EQ(c.leases[1].block_index, 5u);
-  auto held = ask<read_completion>(hdl, reserve_atom_v,
-                                   reserve_request{10, {3, 8}});
+  auto held =
+      ask<read_completion>(hdl, reserve_atom_v, reserve_request{10, {3, 8}});
   REQUIRE_EQ(held.leases.size(), 2u);
   CHECK_EQ(held.leases[1].block_index, 8u);
   CHECK_EQ(ask<uint32_t>(hdl, persist_atom_v, persist_batch{{1, 2, 3}, 10, 64}),

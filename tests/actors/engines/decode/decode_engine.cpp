@@ -25,7 +25,6 @@
 #include "transport/storage/kv_content.hpp"
 #include "transport/storage/modeled_backend.hpp"
 
-
 using namespace dualpath;
 using namespace dualpath::actors;
 namespace storage = transport::storage;
@@ -220,9 +219,9 @@ TEST_CASE_FIXTURE(fixture, "a decode-side read starts when the request is "
   // The node's buffer: a modeled store holding 3 blocks of the prompt, a
   // reader reading inline (simulated time) into a pool of 64 slots.
   storage::kv_geometry geo{5, 4, 64};
-  auto opened = storage::block_store::open(
-      storage::store_config{"sim-store", "m", geo},
-      storage::make_modeled_backend());
+  auto opened =
+      storage::block_store::open(storage::store_config{"sim-store", "m", geo},
+                                 storage::make_modeled_backend());
   REQUIRE(opened);
   std::shared_ptr<storage::block_store> store{std::move(*opened)};
   auto c = engine(load_mode::dualpath);
@@ -230,8 +229,8 @@ TEST_CASE_FIXTURE(fixture, "a decode-side read starts when the request is "
   std::vector<uint32_t> prompt(a.request.tokens.begin(),
                                a.request.tokens.begin() + 12);
   REQUIRE(storage::populate(*store, {prompt}));
-  auto pool = storage::buffer_pool::make(64 * geo.file_bytes(),
-                                         geo.file_bytes());
+  auto pool =
+      storage::buffer_pool::make(64 * geo.file_bytes(), geo.file_bytes());
   REQUIRE(pool);
   auto counters = std::make_shared<storage_reader_counters>();
   storage_reader_config rc;

@@ -36,7 +36,8 @@ void add_transport(std::vector<key_spec>& out) {
   out.push_back(int_key("transport.verbs_port", 1, "", "RDMA device port.",
                         range::between(1, 255)));
   out.push_back(int_key("transport.verbs_gid_index", -1, "",
-                        "GID index (RoCE); -1: none (InfiniBand LID).",
+                        "GID index; -1: by link layer (InfiniBand: LID "
+                        "routing; RoCE: the RoCE v2 IPv4 GID).",
                         range::between(-1, 255)));
   out.push_back(int_key("transport.verbs_sl_control", 0, "",
                         "InfiniBand service level of control traffic (high "
@@ -46,6 +47,23 @@ void add_transport(std::vector<key_spec>& out) {
                         "InfiniBand service level of KV traffic (low "
                         "priority lane).",
                         range::between(0, 15)));
+  out.push_back(int_key("transport.verbs_traffic_class_control", 0, "",
+                        "GRH traffic class (DSCP << 2 | ECN) of control "
+                        "traffic on RoCE and routed InfiniBand.",
+                        range::between(0, 255)));
+  out.push_back(int_key("transport.verbs_traffic_class_kv", 0, "",
+                        "GRH traffic class (DSCP << 2 | ECN) of KV traffic on "
+                        "RoCE and routed InfiniBand.",
+                        range::between(0, 255)));
+  out.push_back(int_key("transport.verbs_hop_limit", 64, "",
+                        "GRH hop limit of RoCE v2 / routed InfiniBand "
+                        "packets (routers on the path each take one).",
+                        range::between(1, 255)));
+  out.push_back(int_key("transport.verbs_handshake_port", 0, "port",
+                        "TCP port of the verbs handshake listener (on the "
+                        "tcp_listen host or the node's host); 0: any free "
+                        "port.",
+                        range::between(0, 65535)));
   out.push_back(string_key("transport.tcp_listen", "127.0.0.1:0",
                            "host:port the tcp backend listens on (port 0: "
                            "any free port)."));

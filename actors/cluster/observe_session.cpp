@@ -221,6 +221,8 @@ std::shared_ptr<void> observe_session::watch(const std::vector<node_ptr>& nodes,
                  {"class", transport::to_string(
                                static_cast<transport::traffic_class>(c))}},
                 delta(st.bytes_sent[c] * byte_scale));
+        m.add("dualpath_bulk_tcp_fallback_total",
+              {{"mode", mode}, {"node", n->name}}, delta(st.tcp_fallbacks));
       }
     }
   };

@@ -359,8 +359,9 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
   auto store = open_store(cfg, *spec, cf.storage_of(me.name));
   if (!store)
     return store.error();
-  // The bulk transport: verbs when the node has an RDMA device, else tcp,
-  // authenticated with the cluster's shared secret.
+  // The bulk transport (transport.backend: verbs, tcp, or auto = verbs per
+  // peer where the handshake succeeds, else tcp), authenticated with the
+  // cluster's shared secret.
   auto bopts = transport::bulk::options_from(cfg, me.name);
   if (!bopts)
     return bopts.error();
@@ -374,11 +375,15 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
   if (bopts->backend == "local")
     return bad_input("transport.backend = local cannot reach other "
                      "processes: use auto, tcp or verbs");
-  std::string chosen;
-  auto made = transport::bulk::make_backend(*bopts, nullptr, &chosen);
+  // Per-peer choices of `auto` (fallbacks to tcp) go to the node's log.
+  bopts->notice = [&log, name = me.name](const std::string& what) {
+    log << "dualpath node " + name + ": " + what + "\n" << std::flush;
+  };
+  auto made = transport::bulk::make_backend(*bopts, nullptr);
   if (!made)
     return made.error();
-  std::shared_ptr<transport::bulk::backend> bulk{std::move(*made)};
+  auto chosen = std::move(made->reason);
+  std::shared_ptr<transport::bulk::backend> bulk{std::move(made->chosen)};
   node_system_config sys_cfg{cfg, cf, log};
   if (sys_cfg.caf_error())
     return sys_cfg.caf_error();

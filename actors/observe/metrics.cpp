@@ -100,10 +100,11 @@ std::vector<family_spec> standard_families() {
        "Requests the scheduler re-queued to another engine after theirs "
        "failed.",
        {}},
-      {"dualpath_tcp_fallback_total",
+      {"dualpath_bulk_tcp_fallback_total",
        k::counter,
-       "Bulk transports that fell back to TCP because RDMA was unavailable "
-       "(tcp_fallback events).",
+       "Peers a node's bulk transport reaches over tcp although "
+       "transport.backend = auto wanted verbs (no RDMA device, or the verbs "
+       "handshake with that peer failed).",
        {}},
       {"dualpath_prefetch_blocks_total",
        k::counter,

@@ -137,7 +137,7 @@ observer_hub_actor spawn_observer_hub(caf::actor_system& sys,
               m->add("dualpath_errors_total",
                      labels_of(self->state.cfg, ev.source));
             else if (ev.kind == "tcp_fallback")
-              m->add("dualpath_tcp_fallback_total",
+              m->add("dualpath_bulk_tcp_fallback_total",
                      labels_of(self->state.cfg, {}));
           }
           broadcast(self, event_atom_v, ev);

@@ -11,7 +11,7 @@
 //    gauges), so they appear on /metrics too;
 //  - event(event_record): forwarded; kinds "error" and "tcp_fallback" also
 //    count dualpath_errors_total{mode,source} and
-//    dualpath_tcp_fallback_total{mode} (reroutes are the scheduler's to
+//    dualpath_bulk_tcp_fallback_total{mode} (reroutes are the scheduler's to
 //    count: it reports them as events and as metrics);
 //  - every `snapshot_period` it runs the registry's collectors and sends one
 //    state_snapshot per node (source = the node; samples = every series

@@ -369,8 +369,14 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
         std::max(buffer_peak, total(x, "dualpath_reader_buffer_used_bytes"));
   CHECK(buffer_peak > 0);
   // Declared even without series (no placeholder samples).
-  CHECK(scrapes.back().find("# TYPE dualpath_tcp_fallback_total counter")
+  CHECK(scrapes.back().find("# TYPE dualpath_bulk_tcp_fallback_total counter")
         != std::string::npos);
+  // Per node from each bulk backend's counters; an in-process run's local
+  // transport never falls back (tests/transport/bulk/auto_backend.cpp
+  // counts real fallbacks).
+  CHECK(scrapes.back().find("dualpath_bulk_tcp_fallback_total{mode=")
+        != std::string::npos);
+  CHECK(total(b, "dualpath_bulk_tcp_fallback_total") == 0);
   CHECK(scrapes.back().find("# TYPE dualpath_errors_total counter")
         != std::string::npos);
   // Both modes ran in this process: every cluster series names its mode.

@@ -1,5 +1,7 @@
 #include "transport/bulk/backend.hpp"
 
+#include "transport/bulk/verbs_backend.hpp"
+
 #include <utility>
 
 namespace dualpath::transport::bulk {
@@ -70,43 +72,32 @@ void post_defaults(batch& b, const options& opts) {
     b.deadline = clock_type::now() + opts.default_deadline;
 }
 
-caf::expected<std::unique_ptr<backend>>
-make_backend(const options& opts, std::shared_ptr<local_fabric> fabric,
-             std::string* chosen) {
-  auto say = [&](std::string what) {
-    if (chosen)
-      *chosen = std::move(what);
+caf::expected<backend_choice>
+make_backend(const options& opts, std::shared_ptr<local_fabric> fabric) {
+  auto made = [](caf::expected<std::unique_ptr<backend>> b,
+                 std::string why) -> caf::expected<backend_choice> {
+    if (!b)
+      return b.error();
+    return backend_choice{std::move(*b), std::move(why)};
   };
-  if (opts.backend == "local") {
-    if (!fabric)
-      fabric = make_local_fabric();
-    say("local");
-    return make_local_backend(opts, std::move(fabric));
-  }
-  if (opts.backend == "tcp") {
-    say("tcp");
-    return make_tcp_backend(opts);
-  }
+  if (opts.backend == "local")
+    return made(make_local_backend(opts, fabric ? std::move(fabric)
+                                                : make_local_fabric()),
+                "local");
+  if (opts.backend == "tcp")
+    return made(make_tcp_backend(opts), "tcp");
   if (opts.backend == "verbs") {
-    say("verbs");
-    return make_verbs_backend(opts);
+    auto v = verbs_backend::open(opts);
+    if (!v)
+      return v.error();
+    auto why = "verbs on " + (*v)->description();
+    return backend_choice{std::move(*v), std::move(why)};
   }
-  if (opts.backend != "auto")
-    return caf::make_error(transport_errc::unsupported,
-                           "transport.backend must be auto|verbs|tcp|local, "
-                           "not "
-                               + opts.backend);
-  auto v = make_verbs_backend(opts);
-  if (v) {
-    say("verbs (auto: RDMA device found)");
-    return v;
-  }
-  std::string why =
-      v.error().code() == static_cast<uint8_t>(transport_errc::no_device)
-          ? "no RDMA device"
-          : "verbs failed";
-  say("tcp (auto: " + why + ")");
-  return make_tcp_backend(opts);
+  if (opts.backend == "auto")
+    return make_auto_backend(opts);
+  return caf::make_error(transport_errc::unsupported,
+                         "transport.backend must be auto|verbs|tcp|local, not "
+                             + opts.backend);
 }
 
 } // namespace dualpath::transport::bulk

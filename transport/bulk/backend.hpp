@@ -1,9 +1,10 @@
 // The bulk transport interface: one-sided writes from registered local memory
 // into registered memory of a peer node, without passing the bytes through
 // CAF messages. Backends (one per file): local (peers in one process), tcp
-// (real sockets, framed writes read straight into the target region) and verbs
-// (rdma-core RC queue pairs); `make_backend` chooses one by configuration and
-// falls back when a device is absent. `fault_backend` decorates any backend.
+// (real sockets, framed writes read straight into the target region), verbs
+// (rdma-core RC queue pairs) and auto (verbs per peer where it works, else
+// tcp); `make_backend` chooses one by configuration. `fault_backend`
+// decorates any backend.
 //
 // Ownership: a `local_registration` is move-only and owns the registration of
 // one memory region; its destructor deregisters (waiting until no incoming
@@ -178,6 +179,9 @@ struct counters {
   uint64_t peer_lost = 0;
   uint64_t connections_accepted = 0;
   uint64_t connects = 0;
+  /// Peers `auto` reaches over tcp although verbs was wanted (no device,
+  /// or the verbs handshake with that peer failed).
+  uint64_t tcp_fallbacks = 0;
 };
 
 /// The abstract bulk transport (see file comment).
@@ -197,12 +201,13 @@ public:
                   int dmabuf_fd = -1) = 0;
 
   /// Connection details this node gives to `peer` (tcp: "host:port"; verbs:
-  /// serialized queue-pair info of the queue pairs made for that peer).
+  /// "verbs=host:port/incarnation" of its handshake listener; auto: both,
+  /// ';'-separated). The same for every peer.
   virtual caf::expected<std::vector<uint8_t>>
   details_for(const std::string& peer) = 0;
 
   /// Learns how to reach `peer` from the details it gave us. Connections are
-  /// made lazily (tcp) or now (verbs).
+  /// made lazily (tcp) or now (verbs: the handshake runs before it returns).
   virtual caf::error connect(const std::string& peer,
                              const std::vector<uint8_t>& details) = 0;
 
@@ -246,13 +251,20 @@ struct options {
   uint32_t max_pending_batches = 4096; ///< Per peer; more fail queue_full.
   std::chrono::milliseconds default_deadline{5000};
   std::chrono::milliseconds io_timeout{2000}; ///< Handshake/half-open bound.
-  // verbs
+  // verbs (ranges checked when the backend opens; errors name the key)
   std::string verbs_device; ///< Empty = first device.
   uint8_t verbs_port = 1;
-  int verbs_gid_index = -1; ///< -1: no GID (InfiniBand LID routing).
-  uint8_t verbs_sl_control = 0;
-  uint8_t verbs_sl_kv = 2;
+  /// -1: chosen by link layer (none on InfiniBand, RoCE v2 on Ethernet).
+  int verbs_gid_index = -1;
+  int verbs_sl_control = 0; ///< InfiniBand service level, 0..15.
+  int verbs_sl_kv = 2;
+  int verbs_traffic_class_control = 0; ///< GRH traffic class, 0..255.
+  int verbs_traffic_class_kv = 0;
+  int verbs_hop_limit = 64;          ///< GRH hop limit, 1..255.
+  uint16_t verbs_handshake_port = 0; ///< Side channel; 0 = any free port.
   uint32_t verbs_max_outstanding = 64;
+  /// Where `auto` reports per-peer choices (fallbacks); may be empty.
+  std::function<void(const std::string&)> notice;
 };
 
 /// The in-process "network" of local backends (defined in local_backend.cpp);
@@ -267,7 +279,8 @@ make_local_backend(const options& opts, std::shared_ptr<local_fabric> fabric);
 caf::expected<std::unique_ptr<backend>> make_tcp_backend(const options& opts);
 
 /// Fails with transport_errc::no_device when no RDMA device (or not the named
-/// one) exists.
+/// one) exists or its port is down; with an error naming the key when a
+/// transport.verbs_* setting does not fit the device (verbs_backend.hpp).
 caf::expected<std::unique_ptr<backend>> make_verbs_backend(const options& opts);
 
 /// Deterministic faults injected by `make_fault_backend`.
@@ -292,13 +305,23 @@ std::unique_ptr<backend> make_fault_backend(std::unique_ptr<backend> inner,
 caf::expected<options> options_from(const config::settings& cfg,
                                     std::string node);
 
-/// Makes the backend `opts.backend` names; `auto` tries verbs, then tcp.
-/// `local` needs a fabric shared by the in-process peers. `chosen` (optional)
-/// receives the reason for the choice.
-caf::expected<std::unique_ptr<backend>>
+/// A backend and why it was chosen ("verbs on rxe0 port 1 (...)", "auto:
+/// verbs on ... towards every peer whose handshake succeeds, else tcp", ...).
+struct backend_choice {
+  std::unique_ptr<backend> chosen;
+  std::string reason;
+};
+
+/// `auto`: verbs towards every peer whose verbs handshake succeeds, tcp
+/// towards the others (and all of them without a working device); each tcp
+/// peer is reported through opts.notice and counted in tcp_fallbacks.
+caf::expected<backend_choice> make_auto_backend(const options& opts);
+
+/// Makes the backend `opts.backend` names (auto|verbs|tcp|local). `local`
+/// needs a fabric shared by the in-process peers (a fresh one if null).
+caf::expected<backend_choice>
 make_backend(const options& opts,
-             std::shared_ptr<local_fabric> fabric = nullptr,
-             std::string* chosen = nullptr);
+             std::shared_ptr<local_fabric> fabric = nullptr);
 
 /// Fills a zero deadline with now + opts.default_deadline.
 void post_defaults(batch& b, const options& opts);

@@ -34,8 +34,16 @@ caf::expected<options> options_from(const config::settings& cfg,
   o.verbs_gid_index =
       static_cast<int>(cfg.integer("transport.verbs_gid_index"));
   o.verbs_sl_control =
-      static_cast<uint8_t>(cfg.integer("transport.verbs_sl_control"));
-  o.verbs_sl_kv = static_cast<uint8_t>(cfg.integer("transport.verbs_sl_kv"));
+      static_cast<int>(cfg.integer("transport.verbs_sl_control"));
+  o.verbs_sl_kv = static_cast<int>(cfg.integer("transport.verbs_sl_kv"));
+  o.verbs_traffic_class_control =
+      static_cast<int>(cfg.integer("transport.verbs_traffic_class_control"));
+  o.verbs_traffic_class_kv =
+      static_cast<int>(cfg.integer("transport.verbs_traffic_class_kv"));
+  o.verbs_hop_limit =
+      static_cast<int>(cfg.integer("transport.verbs_hop_limit"));
+  o.verbs_handshake_port =
+      static_cast<uint16_t>(cfg.integer("transport.verbs_handshake_port"));
   const auto& listen = cfg.string("transport.tcp_listen");
   auto colon = listen.rfind(':');
   if (colon == std::string::npos)

@@ -1,73 +1,26 @@
-// The verbs backend (rdma-core): one-sided RDMA WRITEs over RC queue pairs.
+// The verbs backend: registrations, posting and the bookkeeping of
+// connections (see verbs_backend.hpp for the design; the handshake lives in
+// verbs_handshake.cpp, completion handling in verbs_completion.cpp).
 //
-// Resources follow rdma-core's rc_pingpong order and 3FS's ownership habits:
-// device context -> protection domain -> completion channel -> completion
-// queue -> memory regions -> queue pairs, each held by a unique_ptr with its
-// ibv_* destroy call as the deleter and declared so that destruction runs in
-// reverse. Each peer gets one RC queue pair per traffic class; the class's
-// service level (transport.verbs_sl_control / verbs_sl_kv) goes into the
-// queue pair's address vector so the fabric's VL arbitration (InfiniBand) or
-// traffic-class/DSCP priority (RoCE, through the GRH traffic class) applies.
-// Queue-pair information (QPN, PSN, LID, GID, MTU) travels in actor messages
-// (endpoint_info.details): details_for(peer) creates the pair's queue pairs
-// (RESET->INIT) and describes them; connect(peer, details) moves them
-// INIT->RTR->RTS.
-//
-// A batch is one linked chain of RDMA WRITE work requests (WRITE_WITH_IMM for
-// the last when an immediate is given) posted with a single ibv_post_send
-// (doorbell batching); only the last is signaled. At most
-// transport.verbs_max_outstanding work requests are outstanding per queue
-// pair; further batches wait in a per-queue-pair FIFO and are posted as
-// completions free room. A polling thread turns completions into completion
-// sink calls (and, for actors, messages), delivers immediates and enforces
-// deadlines: an expired batch moves its queue pair to ERR, which flushes every
-// outstanding work request, and the peer must be connected again.
-//
-// Every ibv_* call goes through `vcall`/`vptr`, which keep the call's name and
-// errno in the returned error.
+// Resources follow rc_pingpong's order (context -> PD -> completion channel
+// -> CQ -> MRs -> QPs), each held by a unique_ptr whose deleter is its ibv_*
+// destroy call, and are declared so that destruction runs in reverse.
+#include "transport/bulk/verbs_backend.hpp"
+
 #include <arpa/inet.h>
-#include <infiniband/verbs.h>
-#include <poll.h>
+#include <sys/eventfd.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cerrno>
-#include <cstring>
-#include <deque>
-#include <map>
-#include <mutex>
-#include <thread>
-#include <unordered_map>
+#include <cinttypes>
+#include <cstdio>
 
-#include "transport/bulk/backend.hpp"
 #include "transport/bulk/region_table.hpp"
 
 namespace dualpath::transport::bulk {
 
 namespace {
 
-/// Error of a failed ibv_* call: its name and errno (ibv_* return the errno
-/// value itself or set errno).
-caf::error verbs_error(const char* call, int err) {
-  return caf::make_error(transport_errc::system_error,
-                         std::string{call} + ": " + std::strerror(err) + " ("
-                             + std::to_string(err) + ")");
-}
-
-/// Checks an int-returning ibv_* call (0 = success, else an errno value).
-caf::error vcall(const char* call, int rc) {
-  if (rc == 0)
-    return caf::none;
-  return verbs_error(call, rc > 0 ? rc : errno);
-}
-
-/// Checks a pointer-returning ibv_* call (nullptr = failure, errno set).
-template <class T>
-caf::expected<T*> vptr(const char* call, T* ptr) {
-  if (ptr != nullptr)
-    return ptr;
-  return verbs_error(call, errno != 0 ? errno : EINVAL);
-}
+constexpr uint64_t max_wr_bytes = 1u << 30;
 
 /// Registers GPU memory exported as dma-buf `fd`, the fd covering exactly
 /// [ptr, ptr + len) (offset 0 in it; the iova is the device address). A NIC,
@@ -84,778 +37,621 @@ caf::expected<ibv_mr*> reg_dmabuf_mr(ibv_pd* pd, void* ptr, uint64_t len,
     return mr;
   const int err = errno != 0 ? errno : EINVAL;
   if (err == EOPNOTSUPP || err == ENOSYS || err == EPROTONOSUPPORT)
+    return verbs::call_error("ibv_reg_dmabuf_mr", err,
+                             transport_errc::unsupported,
+                             "this NIC, driver or kernel cannot register GPU "
+                             "memory");
+  return verbs::call_error("ibv_reg_dmabuf_mr", err);
+}
+
+caf::error lost(const std::string& why) {
+  return caf::make_error(transport_errc::peer_lost, why);
+}
+
+} // namespace
+
+caf::expected<std::unique_ptr<verbs_backend>>
+verbs_backend::open(const options& opts) {
+  auto dev = verbs::device::open(opts);
+  if (!dev)
+    return dev.error();
+  if (opts.verbs_max_outstanding == 0
+      || opts.verbs_max_outstanding > static_cast<uint32_t>(dev->max_qp_wr()))
     return caf::make_error(transport_errc::unsupported,
-                           std::string{"ibv_reg_dmabuf_mr: "}
-                               + std::strerror(err) + " (" + std::to_string(err)
-                               + "): this NIC, driver or kernel cannot "
-                                 "register GPU memory");
-  return verbs_error("ibv_reg_dmabuf_mr", err);
+                           "transport.max_outstanding = "
+                               + std::to_string(opts.verbs_max_outstanding)
+                               + ": " + dev->name() + " allows 1.."
+                               + std::to_string(dev->max_qp_wr()));
+  std::unique_ptr<verbs_backend> b{new verbs_backend(opts, std::move(*dev))};
+  if (auto err = b->start())
+    return err;
+  return b;
 }
 
-struct device_list_deleter {
-  void operator()(ibv_device** p) const {
-    ibv_free_device_list(p);
-  }
-};
-struct context_deleter {
-  void operator()(ibv_context* p) const {
-    ibv_close_device(p);
-  }
-};
-struct pd_deleter {
-  void operator()(ibv_pd* p) const {
-    ibv_dealloc_pd(p);
-  }
-};
-struct channel_deleter {
-  void operator()(ibv_comp_channel* p) const {
-    ibv_destroy_comp_channel(p);
-  }
-};
-struct cq_deleter {
-  void operator()(ibv_cq* p) const {
-    ibv_destroy_cq(p);
-  }
-};
-struct mr_deleter {
-  void operator()(ibv_mr* p) const {
-    ibv_dereg_mr(p);
-  }
-};
-struct qp_deleter {
-  void operator()(ibv_qp* p) const {
-    ibv_destroy_qp(p);
-  }
-};
-
-using device_list_ptr = std::unique_ptr<ibv_device*, device_list_deleter>;
-using context_ptr = std::unique_ptr<ibv_context, context_deleter>;
-using pd_ptr = std::unique_ptr<ibv_pd, pd_deleter>;
-using channel_ptr = std::unique_ptr<ibv_comp_channel, channel_deleter>;
-using cq_ptr = std::unique_ptr<ibv_cq, cq_deleter>;
-using mr_ptr = std::unique_ptr<ibv_mr, mr_deleter>;
-using qp_ptr = std::unique_ptr<ibv_qp, qp_deleter>;
-
-constexpr uint32_t recv_depth = 64; // receives posted for WRITE_WITH_IMM
-constexpr uint64_t max_wr_bytes = 1u << 30;
-constexpr uint8_t details_version = 1;
-
-/// Serialized queue-pair information of one side of a peer pair.
-struct qp_info {
-  uint16_t lid = 0;
-  uint8_t mtu = 0;
-  uint8_t gid[16] = {};
-  uint32_t qpn[traffic_class_count] = {};
-  uint32_t psn[traffic_class_count] = {};
-};
-
-std::vector<uint8_t> encode(const qp_info& x) {
-  std::vector<uint8_t> out;
-  auto put = [&](const void* p, size_t n) {
-    auto b = static_cast<const uint8_t*>(p);
-    out.insert(out.end(), b, b + n);
-  };
-  out.push_back(details_version);
-  put(&x.lid, sizeof(x.lid));
-  put(&x.mtu, sizeof(x.mtu));
-  put(x.gid, sizeof(x.gid));
-  put(x.qpn, sizeof(x.qpn));
-  put(x.psn, sizeof(x.psn));
-  return out;
+verbs_backend::verbs_backend(const options& opts, verbs::device dev)
+    : opts_(opts), incarnation_(random_u64() | 1), dev_(std::move(dev)) {
+  // nop
 }
 
-caf::expected<qp_info> decode(const std::vector<uint8_t>& in) {
-  qp_info x;
-  const size_t want = 1 + sizeof(x.lid) + sizeof(x.mtu) + sizeof(x.gid)
-                      + sizeof(x.qpn) + sizeof(x.psn);
-  if (in.size() != want || in[0] != details_version)
-    return caf::make_error(transport_errc::bad_frame,
-                           "verbs details of the wrong size or version");
-  size_t pos = 1;
-  auto get = [&](void* p, size_t n) {
-    std::memcpy(p, in.data() + pos, n);
-    pos += n;
-  };
-  get(&x.lid, sizeof(x.lid));
-  get(&x.mtu, sizeof(x.mtu));
-  get(x.gid, sizeof(x.gid));
-  get(x.qpn, sizeof(x.qpn));
-  get(x.psn, sizeof(x.psn));
-  return x;
+caf::error verbs_backend::start() {
+  auto ch = verbs::vptr("ibv_create_comp_channel",
+                        ibv_create_comp_channel(dev_.context()));
+  if (!ch)
+    return ch.error();
+  channel_.reset(*ch);
+  int initial = std::min(dev_.max_cqe(), 1024);
+  auto cq =
+      verbs::vptr("ibv_create_cq", ibv_create_cq(dev_.context(), initial,
+                                                 nullptr, channel_.get(), 0));
+  if (!cq)
+    return cq.error();
+  cq_.reset(*cq);
+  cq_capacity_ = cq_->cqe;
+  if (auto err =
+          verbs::vcall("ibv_req_notify_cq", ibv_req_notify_cq(cq_.get(), 0)))
+    return err;
+  auto l = verbs::listener::open(opts_.listen_host, opts_.verbs_handshake_port);
+  if (!l)
+    return l.error();
+  listener_ = std::move(*l);
+  address_ = opts_.listen_host + ":" + std::to_string(listener_.port);
+  wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (auto err = verbs::scall("eventfd", wake_fd_.get()))
+    return err;
+  poller_ = std::thread{[this] { poll_loop(); }};
+  side_ = std::thread{[this] { side_loop(); }};
+  connector_ = std::thread{[this] { connector_loop(); }};
+  return caf::none;
 }
 
-struct pending_batch {
-  uint64_t id = 0;
-  batch b;
-  completion_sink sink;
-  uint32_t wrs = 0;
-  uint64_t bytes = 0;
-  bool posted = false;
-};
-
-/// One RC queue pair towards a peer for one traffic class.
-struct queue_pair {
-  qp_ptr qp;
-  uint32_t psn = 0;
-  bool ready = false;  ///< In RTS.
-  bool broken = false; ///< Moved to ERR; the peer must connect again.
-  uint32_t outstanding = 0;
-  std::deque<uint64_t> waiting; ///< Batch ids not yet posted (FIFO).
-};
-
-struct peer_qps {
-  std::string name;
-  queue_pair qps[traffic_class_count];
-};
-
-class verbs_backend final : public backend {
-public:
-  explicit verbs_backend(const options& opts) : opts_(opts) {
-    // nop
-  }
-
-  ~verbs_backend() override {
-    // Teardown: queue pairs to ERR (flushing their work requests), drain the
-    // CQ so every pending batch completes, stop the poller, then the unique_ptr
-    // members are destroyed in reverse order of acquisition.
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      for (auto& [name, p] : peers_)
-        for (auto& q : p.qps)
-          to_error(q);
-    }
-    auto until = clock_type::now() + std::chrono::seconds{2};
-    while (clock_type::now() < until && drain_once() > 0) {
-      // keep draining
-    }
+verbs_backend::~verbs_backend() {
+  // Stop the handshake threads first (no new connections), then fail what
+  // is pending and tear every queue pair down, then stop the poller; the
+  // members go in reverse order of acquisition (MRs, CQ, channel, device).
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
     stop_ = true;
-    if (poller_.joinable())
-      poller_.join();
-    std::vector<std::pair<completion_sink, completion>> done;
+  }
+  cv_.notify_all();
+  wake();
+  if (connector_.joinable())
+    connector_.join();
+  if (side_.joinable())
+    side_.join();
+  done_list done;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (auto& [name, o] : out_)
+      break_outgoing(o, transport_errc::peer_lost, "verbs backend shut down",
+                     done);
+    for (auto& [id, pb] : batches_)
+      if (pb.state != batch_state::expired)
+        done.emplace_back(std::move(pb.sink),
+                          completion{pb.b.tag, 0,
+                                     static_cast<uint32_t>(pb.b.writes.size()),
+                                     lost("verbs backend shut down")});
+    batches_.clear();
+    out_.clear();
+    in_.clear();
+  }
+  if (poller_.joinable())
+    poller_.join();
+  deliver(done);
+  std::lock_guard<std::mutex> guard{mtx_};
+  mrs_.clear();
+}
+
+capabilities verbs_backend::caps() const {
+  capabilities c;
+  c.name = "verbs";
+  c.immediate = true;
+  c.device_memory = true;
+  c.cross_process = true;
+  return c;
+}
+
+caf::expected<local_registration>
+verbs_backend::register_region(void* ptr, uint64_t len, memory_kind kind,
+                               int dmabuf_fd) {
+  uint32_t id = 0;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    id = next_region_++;
+  }
+  return add_region(ptr, len, kind, dmabuf_fd, id, random_u64());
+}
+
+caf::expected<local_registration>
+verbs_backend::register_as(void* ptr, uint64_t len, memory_kind kind,
+                           int dmabuf_fd, uint32_t region_id, uint64_t key) {
+  return add_region(ptr, len, kind, dmabuf_fd, region_id, key);
+}
+
+caf::expected<local_registration>
+verbs_backend::add_region(void* ptr, uint64_t len, memory_kind kind,
+                          int dmabuf_fd, uint32_t id, uint64_t key) {
+  if (ptr == nullptr || len == 0)
+    return caf::make_error(transport_errc::out_of_bounds, "empty region");
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  caf::expected<ibv_mr*> mr{nullptr};
+  if (kind == memory_kind::device) {
+    if (dmabuf_fd < 0)
+      return caf::make_error(transport_errc::unsupported,
+                             "GPU memory needs a dmabuf fd");
+    mr = reg_dmabuf_mr(dev_.pd(), ptr, len, dmabuf_fd, access);
+  } else {
+    mr = verbs::vptr("ibv_reg_mr", ibv_reg_mr(dev_.pd(), ptr, len, access),
+                     std::to_string(len) + " bytes");
+  }
+  if (!mr)
+    return mr.error();
+  verbs::mr_ptr owned{*mr};
+  remote_region desc;
+  desc.node = opts_.node;
+  desc.region_id = id;
+  desc.key = key;
+  desc.base = reinterpret_cast<uint64_t>(ptr);
+  desc.length = len;
+  uint32_t lkey = owned->lkey;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (mrs_.count(id) != 0)
+      return caf::make_error(transport_errc::bad_frame,
+                             "region id " + std::to_string(id)
+                                 + " is registered already");
+    auto& m = mrs_[id];
+    m.mr = std::move(owned);
+    m.key = key;
+    m.base = desc.base;
+    m.length = len;
+  }
+  local_registration reg{this, ptr, len, kind, std::move(desc)};
+  reg.lkey = lkey;
+  return reg;
+}
+
+void verbs_backend::deregister(uint32_t region_id) {
+  std::unique_lock<std::mutex> guard{mtx_};
+  auto i = mrs_.find(region_id);
+  if (i == mrs_.end())
+    return;
+  i->second.removing = true;
+  // Senders stop writing to it (they refuse such writes locally from now).
+  verbs::wire_writer w;
+  w.u32(region_id);
+  for (auto& [conn, in] : in_) {
+    side_command c;
+    c.kind = side_command::send;
+    c.conn = conn;
+    c.type = verbs::frame_type::region_gone;
+    c.body = w.bytes();
+    commands_.push_back(std::move(c));
+  }
+  wake();
+  // No posted work request may still read it (each batch ends by its
+  // deadline, at worst io_timeout later when its connection is stopped).
+  cv_.wait(guard, [&] { return mrs_.at(region_id).uses == 0; });
+  mrs_.erase(region_id);
+}
+
+void verbs_backend::post(batch b, completion_sink sink) {
+  post_defaults(b, opts_);
+  auto now_fail = [&](caf::error err) {
     {
       std::lock_guard<std::mutex> guard{mtx_};
-      for (auto& [id, pb] : batches_)
-        done.emplace_back(
-            std::move(pb.sink),
-            failed(pb, transport_errc::peer_lost, "verbs backend shut down"));
-      batches_.clear();
-      peers_.clear(); // destroys queue pairs before the CQ and PD
-      mrs_.clear();
-    }
-    for (auto& [sink, res] : done)
-      if (sink)
-        sink(std::move(res));
-  }
-
-  caf::error open() {
-    int n = 0;
-    errno = 0;
-    device_list_ptr list{ibv_get_device_list(&n)};
-    if (!list || n == 0)
-      return caf::make_error(
-          transport_errc::no_device,
-          std::string{"ibv_get_device_list: no RDMA device ("}
-              + std::strerror(errno != 0 ? errno : ENODEV) + ")");
-    ibv_device* dev = nullptr;
-    for (int i = 0; i < n; ++i)
-      if (opts_.verbs_device.empty()
-          || opts_.verbs_device == ibv_get_device_name(list.get()[i])) {
-        dev = list.get()[i];
-        break;
-      }
-    if (dev == nullptr)
-      return caf::make_error(transport_errc::no_device,
-                             "no RDMA device named " + opts_.verbs_device);
-    device_name_ = ibv_get_device_name(dev);
-    auto ctx = vptr("ibv_open_device", ibv_open_device(dev));
-    if (!ctx)
-      return ctx.error();
-    ctx_.reset(*ctx);
-    if (auto err = vcall("ibv_query_port",
-                         ibv_query_port(ctx_.get(), opts_.verbs_port, &port_)))
-      return err;
-    if (port_.state != IBV_PORT_ACTIVE)
-      return caf::make_error(transport_errc::no_device,
-                             device_name_ + " port "
-                                 + std::to_string(opts_.verbs_port)
-                                 + " is not active");
-    // RoCE (or routed InfiniBand) addresses by GID; plain InfiniBand by LID.
-    if (opts_.verbs_gid_index >= 0)
-      if (auto err = vcall("ibv_query_gid",
-                           ibv_query_gid(ctx_.get(), opts_.verbs_port,
-                                         opts_.verbs_gid_index, &gid_)))
-        return err;
-    auto pd = vptr("ibv_alloc_pd", ibv_alloc_pd(ctx_.get()));
-    if (!pd)
-      return pd.error();
-    pd_.reset(*pd);
-    auto ch =
-        vptr("ibv_create_comp_channel", ibv_create_comp_channel(ctx_.get()));
-    if (!ch)
-      return ch.error();
-    channel_.reset(*ch);
-    auto cq = vptr("ibv_create_cq",
-                   ibv_create_cq(ctx_.get(), 4096, nullptr, channel_.get(), 0));
-    if (!cq)
-      return cq.error();
-    cq_.reset(*cq);
-    if (auto err = vcall("ibv_req_notify_cq", ibv_req_notify_cq(cq_.get(), 0)))
-      return err;
-    poller_ = std::thread{[this] { poll_loop(); }};
-    return caf::none;
-  }
-
-  capabilities caps() const override {
-    capabilities c;
-    c.name = "verbs";
-    c.immediate = true;
-    c.device_memory = true;
-    c.cross_process = true;
-    return c;
-  }
-
-  const std::string& node() const override {
-    return opts_.node;
-  }
-
-  caf::expected<local_registration> register_region(void* ptr, uint64_t len,
-                                                    memory_kind kind,
-                                                    int dmabuf_fd) override {
-    if (ptr == nullptr || len == 0)
-      return caf::make_error(transport_errc::out_of_bounds, "empty region");
-    const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE
-                       | IBV_ACCESS_REMOTE_READ;
-    caf::expected<ibv_mr*> mr{nullptr};
-    if (kind == memory_kind::device) {
-      if (dmabuf_fd < 0)
-        return caf::make_error(transport_errc::unsupported,
-                               "GPU memory needs a dmabuf fd");
-      mr = reg_dmabuf_mr(pd_.get(), ptr, len, dmabuf_fd, access);
-    } else {
-      mr = vptr("ibv_reg_mr", ibv_reg_mr(pd_.get(), ptr, len, access));
-    }
-    if (!mr)
-      return mr.error();
-    remote_region desc;
-    desc.node = opts_.node;
-    desc.key = (*mr)->rkey;
-    desc.base = reinterpret_cast<uint64_t>(ptr);
-    desc.length = len;
-    uint32_t lkey = (*mr)->lkey;
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      desc.region_id = next_region_++;
-      mrs_[desc.region_id].reset(*mr);
-    }
-    local_registration reg{this, ptr, len, kind, std::move(desc)};
-    reg.lkey = lkey;
-    return reg;
-  }
-
-  caf::expected<std::vector<uint8_t>>
-  details_for(const std::string& peer) override {
-    std::lock_guard<std::mutex> guard{mtx_};
-    auto p = ensure_qps(peer);
-    if (!p)
-      return p.error();
-    qp_info info;
-    info.lid = port_.lid;
-    info.mtu = static_cast<uint8_t>(port_.active_mtu);
-    std::memcpy(info.gid, gid_.raw, sizeof(info.gid));
-    for (size_t c = 0; c < traffic_class_count; ++c) {
-      info.qpn[c] = (*p)->qps[c].qp->qp_num;
-      info.psn[c] = (*p)->qps[c].psn;
-    }
-    return encode(info);
-  }
-
-  caf::error connect(const std::string& peer,
-                     const std::vector<uint8_t>& details) override {
-    auto remote = decode(details);
-    if (!remote)
-      return remote.error();
-    std::lock_guard<std::mutex> guard{mtx_};
-    auto p = ensure_qps(peer);
-    if (!p)
-      return p.error();
-    for (size_t c = 0; c < traffic_class_count; ++c) {
-      auto& q = (*p)->qps[c];
-      if (auto err = to_rtr(q, *remote, c))
-        return err;
-      if (auto err = to_rts(q))
-        return err;
-      q.ready = true;
-    }
-    return caf::none;
-  }
-
-  void post(batch b, completion_sink sink) override {
-    post_defaults(b, opts_);
-    if (auto err = validate(b))
-      return complete_now(std::move(sink), b, std::move(err));
-    uint32_t wrs = 0;
-    uint64_t bytes = 0;
-    for (auto& w : b.writes) {
-      wrs += static_cast<uint32_t>((w.destination.length + max_wr_bytes - 1)
-                                   / max_wr_bytes);
-      bytes += w.destination.length;
-      if (w.source->lkey == 0 && w.source->size() > 0)
-        return complete_now(std::move(sink), b,
-                            caf::make_error(transport_errc::unknown_region,
-                                            "source not registered with "
-                                            "verbs"));
-    }
-    if (wrs > opts_.verbs_max_outstanding)
-      return complete_now(std::move(sink), b,
-                          caf::make_error(transport_errc::queue_full,
-                                          "batch exceeds "
-                                          "verbs_max_outstanding"));
-    std::unique_lock<std::mutex> guard{mtx_};
-    auto i = peers_.find(b.writes.front().destination.node);
-    if (i == peers_.end()) {
-      guard.unlock();
-      return complete_now(
-          std::move(sink), b,
-          caf::make_error(transport_errc::peer_lost,
-                          "not connected to "
-                              + b.writes.front().destination.node));
-    }
-    auto& q = i->second.qps[static_cast<size_t>(b.tclass)];
-    if (!q.ready || q.broken) {
-      guard.unlock();
-      return complete_now(
-          std::move(sink), b,
-          caf::make_error(transport_errc::peer_lost,
-                          "queue pair to " + i->first + " is not connected"));
-    }
-    auto id = next_batch_++;
-    auto& pb = batches_[id];
-    pb.id = id;
-    pb.b = std::move(b);
-    pb.sink = std::move(sink);
-    pb.wrs = wrs;
-    pb.bytes = bytes;
-    {
-      std::lock_guard<std::mutex> g2{stats_mtx_};
-      ++stats_.batches_posted;
-    }
-    q.waiting.push_back(id);
-    auto done = pump(q);
-    guard.unlock();
-    deliver(done);
-  }
-
-  void on_immediate(immediate_handler f) override {
-    std::lock_guard<std::mutex> guard{handler_mtx_};
-    handler_ = std::move(f);
-  }
-
-  counters stats() const override {
-    std::lock_guard<std::mutex> guard{stats_mtx_};
-    return stats_;
-  }
-
-  void drop_peer(const std::string& peer) override {
-    std::lock_guard<std::mutex> guard{mtx_};
-    auto i = peers_.find(peer);
-    if (i == peers_.end())
-      return;
-    for (auto& q : i->second.qps)
-      to_error(q); // flushed completions fail the outstanding batches
-  }
-
-protected:
-  void deregister(uint32_t region_id) override {
-    std::lock_guard<std::mutex> guard{mtx_};
-    mrs_.erase(region_id);
-  }
-
-private:
-  using done_list = std::vector<std::pair<completion_sink, completion>>;
-
-  completion failed(const pending_batch& pb, transport_errc code,
-                    std::string why) {
-    return completion{pb.b.tag, 0, static_cast<uint32_t>(pb.b.writes.size()),
-                      caf::make_error(code, std::move(why))};
-  }
-
-  void complete_now(completion_sink sink, const batch& b, caf::error err) {
-    {
-      std::lock_guard<std::mutex> guard{stats_mtx_};
       ++stats_.batches_posted;
       ++stats_.batches_failed;
+      if (err.code() == static_cast<uint8_t>(transport_errc::peer_lost))
+        ++stats_.peer_lost;
     }
     if (sink)
       sink(completion{b.tag, 0, static_cast<uint32_t>(b.writes.size()),
                       std::move(err)});
+  };
+  if (auto err = validate(b))
+    return now_fail(std::move(err));
+  uint32_t wrs = 0;
+  uint64_t bytes = 0;
+  for (auto& w : b.writes) {
+    wrs += static_cast<uint32_t>(std::max<uint64_t>(
+        1, (w.destination.length + max_wr_bytes - 1) / max_wr_bytes));
+    bytes += w.destination.length;
   }
+  if (wrs > opts_.verbs_max_outstanding)
+    return now_fail(caf::make_error(transport_errc::queue_full,
+                                    "batch of " + std::to_string(wrs)
+                                        + " work requests exceeds "
+                                          "transport.max_outstanding"));
+  done_list done;
+  std::unique_lock<std::mutex> guard{mtx_};
+  const auto& peer = b.writes.front().destination.node;
+  std::vector<uint32_t> sources;
+  for (auto& w : b.writes) {
+    auto m = mrs_.find(w.source->id());
+    if (m == mrs_.end() || m->second.removing
+        || m->second.mr->lkey != w.source->lkey)
+      return guard.unlock(),
+             now_fail(caf::make_error(transport_errc::unknown_region,
+                                      "source not registered with this "
+                                      "verbs backend"));
+    if (std::find(sources.begin(), sources.end(), w.source->id())
+        == sources.end())
+      sources.push_back(w.source->id());
+  }
+  auto oi = out_.find(peer);
+  if (oi == out_.end())
+    return guard.unlock(), now_fail(lost("not connected to " + peer));
+  auto& o = oi->second;
+  if (o.state == link_state::failed && clock_type::now() < o.retry_at)
+    return guard.unlock(),
+           now_fail(
+               lost("no verbs connection to " + peer + " ("
+                    + (o.last_error ? to_string(
+                           static_cast<transport_errc>(o.last_error.code()))
+                                    : std::string{"failed"})
+                    + "; retrying shortly)"));
+  if (o.batches >= opts_.max_pending_batches)
+    return guard.unlock(),
+           now_fail(caf::make_error(
+               transport_errc::queue_full,
+               "more than " + std::to_string(opts_.max_pending_batches)
+                   + " batches pending for " + peer));
+  ++stats_.batches_posted;
+  auto id = next_batch_++;
+  auto& pb = batches_[id];
+  pb.id = id;
+  pb.b = std::move(b);
+  pb.sink = std::move(sink);
+  pb.peer = peer;
+  pb.wrs = wrs;
+  pb.bytes = bytes;
+  pb.sources = std::move(sources);
+  pb.need_fetch = o.fetches + 1;
+  for (auto s : pb.sources)
+    ++mrs_[s].uses;
+  ++o.batches;
+  if (o.state == link_state::connected) {
+    admit(o, pb, done);
+  } else {
+    o.parked.push_back(id);
+    if (o.state != link_state::connecting)
+      start_attempt(o);
+  }
+  guard.unlock();
+  deliver(done);
+}
 
-  void deliver(done_list& done) {
-    for (auto& [sink, res] : done) {
-      {
-        std::lock_guard<std::mutex> guard{stats_mtx_};
-        if (res.error) {
-          ++stats_.batches_failed;
-          auto code = static_cast<transport_errc>(res.error.code());
-          if (code == transport_errc::deadline_exceeded)
-            ++stats_.deadline_exceeded;
-          if (code == transport_errc::peer_lost)
-            ++stats_.peer_lost;
-        } else {
-          ++stats_.batches_completed;
-        }
+void verbs_backend::admit(outgoing& o, pending& pb, done_list& done) {
+  pb.targets.clear();
+  for (auto& w : pb.b.writes) {
+    const auto& d = w.destination;
+    auto e = o.table.find(d.region_id);
+    if (e == o.table.end()) {
+      if (o.table_fetch >= pb.need_fetch) {
+        ++stats_.rejected_unknown_region;
+        return fail(pb, transport_errc::unknown_region,
+                    o.peer + " has no region " + std::to_string(d.region_id),
+                    done);
       }
-      if (sink)
-        sink(std::move(res));
+      pb.state = batch_state::parked;
+      o.parked.push_back(pb.id);
+      return request_table(o);
     }
-    done.clear();
-  }
-
-  caf::expected<peer_qps*> ensure_qps(const std::string& peer) {
-    auto i = peers_.find(peer);
-    if (i != peers_.end() && !i->second.qps[0].broken
-        && !i->second.qps[1].broken)
-      return &i->second;
-    if (i != peers_.end())
-      peers_.erase(i); // broken: make fresh queue pairs (reconnect)
-    auto& p = peers_[peer];
-    p.name = peer;
-    for (auto& q : p.qps) {
-      ibv_qp_init_attr init{};
-      init.send_cq = cq_.get();
-      init.recv_cq = cq_.get();
-      init.qp_type = IBV_QPT_RC;
-      init.sq_sig_all = 0;
-      init.cap.max_send_wr = opts_.verbs_max_outstanding;
-      init.cap.max_recv_wr = recv_depth;
-      init.cap.max_send_sge = 1;
-      init.cap.max_recv_sge = 1;
-      auto qp = vptr("ibv_create_qp", ibv_create_qp(pd_.get(), &init));
-      if (!qp) {
-        peers_.erase(peer);
-        return qp.error();
-      }
-      q.qp.reset(*qp);
-      q.psn = static_cast<uint32_t>(random_u64()) & 0xffffff;
-      ibv_qp_attr attr{};
-      attr.qp_state = IBV_QPS_INIT;
-      attr.pkey_index = 0;
-      attr.port_num = opts_.verbs_port;
-      attr.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ
-                             | IBV_ACCESS_LOCAL_WRITE;
-      if (auto err =
-              vcall("ibv_modify_qp(INIT)",
-                    ibv_modify_qp(q.qp.get(), &attr,
-                                  IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT
-                                      | IBV_QP_ACCESS_FLAGS))) {
-        peers_.erase(peer);
-        return err;
-      }
-      // Receives consume WRITE_WITH_IMM notifications (no payload).
-      for (uint32_t r = 0; r < recv_depth; ++r)
-        if (auto err = post_recv(q)) {
-          peers_.erase(peer);
-          return err;
-        }
+    if (e->second.key != d.key) {
+      ++stats_.rejected_wrong_key;
+      return fail(pb, transport_errc::wrong_key,
+                  "wrong key for region " + std::to_string(d.region_id) + " of "
+                      + o.peer,
+                  done);
     }
-    return &p;
-  }
-
-  caf::error post_recv(queue_pair& q) {
-    ibv_recv_wr wr{};
-    ibv_recv_wr* bad = nullptr;
-    wr.wr_id = 0;
-    wr.sg_list = nullptr;
-    wr.num_sge = 0;
-    return vcall("ibv_post_recv", ibv_post_recv(q.qp.get(), &wr, &bad));
-  }
-
-  caf::error to_rtr(queue_pair& q, const qp_info& remote, size_t tclass) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_RTR;
-    attr.path_mtu =
-        static_cast<ibv_mtu>(std::min<int>(port_.active_mtu, remote.mtu));
-    attr.dest_qp_num = remote.qpn[tclass];
-    attr.rq_psn = remote.psn[tclass];
-    attr.max_dest_rd_atomic = 1;
-    attr.min_rnr_timer = 12;
-    attr.ah_attr.is_global = 0;
-    attr.ah_attr.dlid = remote.lid;
-    attr.ah_attr.sl = tclass == 0 ? opts_.verbs_sl_control : opts_.verbs_sl_kv;
-    attr.ah_attr.src_path_bits = 0;
-    attr.ah_attr.port_num = opts_.verbs_port;
-    bool has_gid = false;
-    for (auto x : remote.gid)
-      has_gid = has_gid || x != 0;
-    if (has_gid && opts_.verbs_gid_index >= 0) {
-      // RoCE (and routed IB) needs the GRH; its traffic class carries the
-      // priority as DSCP (service level * 8, shifted past the ECN bits).
-      attr.ah_attr.is_global = 1;
-      std::memcpy(attr.ah_attr.grh.dgid.raw, remote.gid, 16);
-      attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(opts_.verbs_gid_index);
-      attr.ah_attr.grh.hop_limit = 1;
-      attr.ah_attr.grh.traffic_class =
-          static_cast<uint8_t>((attr.ah_attr.sl * 8) << 2);
+    if (d.offset > e->second.length || d.length > e->second.length - d.offset) {
+      ++stats_.rejected_out_of_bounds;
+      return fail(pb, transport_errc::out_of_bounds,
+                  "write of " + std::to_string(d.length) + " bytes at "
+                      + std::to_string(d.offset) + " outside region "
+                      + std::to_string(d.region_id) + " of " + o.peer + " ("
+                      + std::to_string(e->second.length) + " bytes)",
+                  done);
     }
-    return vcall("ibv_modify_qp(RTR)",
-                 ibv_modify_qp(q.qp.get(), &attr,
-                               IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU
-                                   | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN
-                                   | IBV_QP_MAX_DEST_RD_ATOMIC
-                                   | IBV_QP_MIN_RNR_TIMER));
+    pb.targets.emplace_back(e->second.base + d.offset, e->second.rkey);
   }
+  pb.state = batch_state::queued;
+  auto c = static_cast<size_t>(pb.b.tclass);
+  o.queued[c].push_back(pb.id);
+  pump(o, c, done);
+}
 
-  caf::error to_rts(queue_pair& q) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_RTS;
-    attr.timeout = 14;
-    attr.retry_cnt = 7;
-    attr.rnr_retry = 7;
-    attr.sq_psn = q.psn;
-    attr.max_rd_atomic = 1;
-    return vcall("ibv_modify_qp(RTS)",
-                 ibv_modify_qp(q.qp.get(), &attr,
-                               IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT
-                                   | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN
-                                   | IBV_QP_MAX_QP_RD_ATOMIC));
-  }
+void verbs_backend::request_table(outgoing& o) {
+  if (o.fetch_in_flight)
+    return;
+  o.fetch_in_flight = true;
+  ++o.fetches;
+  side_command c;
+  c.kind = side_command::send;
+  c.conn = o.conn;
+  c.type = verbs::frame_type::regions_req;
+  commands_.push_back(std::move(c));
+  wake();
+}
 
-  void to_error(queue_pair& q) {
-    if (!q.qp || q.broken)
-      return;
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_ERR;
-    // Failure here leaves nothing better to do than report through the
-    // flushed completions that do arrive; the state is still marked broken.
-    static_cast<void>(vcall("ibv_modify_qp(ERR)",
-                            ibv_modify_qp(q.qp.get(), &attr, IBV_QP_STATE)));
-    q.broken = true;
-    q.ready = false;
-  }
-
-  /// Posts waiting batches while the outstanding bound allows (mtx_ held).
-  done_list pump(queue_pair& q) {
-    done_list done;
-    while (!q.waiting.empty()) {
-      auto& pb = batches_.at(q.waiting.front());
-      if (q.outstanding + pb.wrs > opts_.verbs_max_outstanding)
-        break;
-      q.waiting.pop_front();
-      std::vector<ibv_sge> sges;
-      std::vector<ibv_send_wr> wrs;
-      sges.reserve(pb.wrs);
-      wrs.reserve(pb.wrs);
-      for (auto& w : pb.b.writes) {
-        uint64_t off = 0;
-        do {
-          auto n = std::min(max_wr_bytes, w.destination.length - off);
-          ibv_sge sge{};
-          sge.addr = reinterpret_cast<uint64_t>(w.source->data())
-                     + w.source_offset + off;
-          sge.length = static_cast<uint32_t>(n);
-          sge.lkey = w.source->lkey;
-          sges.push_back(sge);
-          ibv_send_wr wr{};
-          wr.wr_id = pb.id;
-          wr.opcode = IBV_WR_RDMA_WRITE;
-          wr.wr.rdma.remote_addr =
-              w.destination.base + w.destination.offset + off;
-          wr.wr.rdma.rkey = static_cast<uint32_t>(w.destination.key);
-          wrs.push_back(wr);
-          off += n;
-        } while (off < w.destination.length);
-      }
-      for (size_t k = 0; k < wrs.size(); ++k) {
-        wrs[k].sg_list = &sges[k];
-        wrs[k].num_sge = 1;
-        wrs[k].next = k + 1 < wrs.size() ? &wrs[k + 1] : nullptr;
-      }
-      // Only the last work request is signaled: one completion per batch.
-      auto& last = wrs.back();
+void verbs_backend::pump(outgoing& o, size_t c, done_list& done) {
+  auto& q = o.qps[c];
+  while (!o.queued[c].empty() && o.state == link_state::connected) {
+    auto& pb = batches_.at(o.queued[c].front());
+    if (o.outstanding[c] + pb.wrs > opts_.verbs_max_outstanding)
+      break;
+    o.queued[c].pop_front();
+    std::vector<ibv_sge> sges;
+    std::vector<ibv_send_wr> wrs;
+    sges.reserve(pb.wrs);
+    wrs.reserve(pb.wrs);
+    for (size_t k = 0; k < pb.b.writes.size(); ++k) {
+      auto& w = pb.b.writes[k];
+      uint64_t off = 0;
+      do {
+        auto n = std::min(max_wr_bytes, w.destination.length - off);
+        ibv_sge sge{};
+        sge.addr = reinterpret_cast<uint64_t>(w.source->data())
+                   + w.source_offset + off;
+        sge.length = static_cast<uint32_t>(n);
+        sge.lkey = w.source->lkey;
+        sges.push_back(sge);
+        ibv_send_wr wr{};
+        wr.wr_id = pb.id;
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.wr.rdma.remote_addr = pb.targets[k].first + off;
+        wr.wr.rdma.rkey = pb.targets[k].second;
+        wrs.push_back(wr);
+        off += n;
+      } while (off < w.destination.length);
+    }
+    for (size_t k = 0; k < wrs.size(); ++k) {
+      wrs[k].sg_list = &sges[k];
+      wrs[k].num_sge = sges[k].length > 0 ? 1 : 0;
+      wrs[k].next = k + 1 < wrs.size() ? &wrs[k + 1] : nullptr;
+    }
+    // Selective signalling: at most the last work request is signalled (RC
+    // completes in order, so one completion retires everything before it).
+    // A KV batch signals when nothing signalled is on the wire ahead of it,
+    // every signal_every batches, or when half the send queue would be
+    // unsignalled; when a completion leaves unsignalled batches with no
+    // signal behind them, a zero-length fence write is signalled for them.
+    auto& last = wrs.back();
+    bool signal =
+        c == static_cast<size_t>(traffic_class::control) || o.signaled[c] == 0
+        || o.quiet[c] + 1 >= signal_every
+        || 2 * (o.quiet_wrs[c] + pb.wrs) > opts_.verbs_max_outstanding;
+    if (signal) {
       last.send_flags = IBV_SEND_SIGNALED;
-      if (pb.b.immediate) {
-        last.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-        last.imm_data = htonl(*pb.b.immediate);
-      }
-      ibv_send_wr* bad = nullptr;
-      if (auto err = vcall("ibv_post_send",
-                           ibv_post_send(q.qp.get(), wrs.data(), &bad))) {
-        done.emplace_back(std::move(pb.sink),
-                          completion{pb.b.tag, 0,
-                                     static_cast<uint32_t>(pb.b.writes.size()),
-                                     std::move(err)});
-        batches_.erase(pb.id);
-        continue;
-      }
-      pb.posted = true;
-      q.outstanding += pb.wrs;
-      std::lock_guard<std::mutex> guard{stats_mtx_};
-      stats_.bytes_sent[static_cast<size_t>(pb.b.tclass)] += pb.bytes;
-    }
-    return done;
-  }
-
-  queue_pair* find_qp(uint32_t qp_num, std::string* peer) {
-    for (auto& [name, p] : peers_)
-      for (auto& q : p.qps)
-        if (q.qp && q.qp->qp_num == qp_num) {
-          if (peer)
-            *peer = name;
-          return &q;
-        }
-    return nullptr;
-  }
-
-  /// Polls the CQ once; returns the number of completions handled.
-  int drain_once() {
-    if (!cq_)
-      return 0;
-    ibv_wc wcs[32];
-    int n = ibv_poll_cq(cq_.get(), 32, wcs);
-    if (n <= 0)
-      return 0;
-    done_list done;
-    std::vector<incoming_immediate> imms;
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      for (int i = 0; i < n; ++i)
-        handle(wcs[i], done, imms);
-    }
-    deliver(done);
-    for (auto& x : imms) {
-      std::lock_guard<std::mutex> guard{handler_mtx_};
-      if (handler_)
-        handler_(x);
-    }
-    return n;
-  }
-
-  void handle(const ibv_wc& wc, done_list& done,
-              std::vector<incoming_immediate>& imms) {
-    std::string peer;
-    auto* q = find_qp(wc.qp_num, &peer);
-    if (wc.wr_id == 0) { // receives carry wr_id 0, batches start at 1
-      if (wc.status == IBV_WC_SUCCESS
-          && wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-        imms.push_back(incoming_immediate{peer, 0, ntohl(wc.imm_data)});
-        std::lock_guard<std::mutex> guard{stats_mtx_};
-        stats_.bytes_received += wc.byte_len;
-      }
-      if (q && !q->broken)
-        static_cast<void>(post_recv(*q));
-      return;
-    }
-    auto i = batches_.find(wc.wr_id);
-    if (i == batches_.end())
-      return; // an earlier error completion already finished this batch
-    auto& pb = i->second;
-    if (q)
-      q->outstanding -= std::min(q->outstanding, pb.wrs);
-    if (wc.status == IBV_WC_SUCCESS) {
-      done.emplace_back(std::move(pb.sink),
-                        completion{pb.b.tag, pb.bytes, 0, caf::none});
+      ++o.signaled[c];
+      o.quiet[c] = o.quiet_wrs[c] = 0;
     } else {
-      auto code =
-          wc.status == IBV_WC_WR_FLUSH_ERR || wc.status == IBV_WC_RETRY_EXC_ERR
-              ? transport_errc::peer_lost
-          : wc.status == IBV_WC_REM_ACCESS_ERR ? transport_errc::wrong_key
-                                               : transport_errc::system_error;
-      done.emplace_back(std::move(pb.sink),
-                        failed(pb, code,
-                               std::string{"work completion: "}
-                                   + ibv_wc_status_str(wc.status)));
-      if (q)
-        to_error(*q); // an RC queue pair in error stays in error
+      ++o.quiet[c];
+      o.quiet_wrs[c] += pb.wrs;
     }
-    batches_.erase(i);
-    if (q && !q->broken) {
-      auto more = pump(*q);
-      done.insert(done.end(), std::make_move_iterator(more.begin()),
-                  std::make_move_iterator(more.end()));
+    o.wire[c].push_back(pb.id);
+    o.last_target[c] = pb.targets.front();
+    if (pb.b.immediate) {
+      last.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+      last.imm_data = htonl(*pb.b.immediate);
     }
+    ibv_send_wr* bad = nullptr;
+    auto err =
+        verbs::vcall("ibv_post_send", ibv_post_send(q.get(), wrs.data(), &bad),
+                     "to " + o.peer);
+    pb.state = batch_state::posted;
+    pb.conn = o.conn;
+    ++inflight_;
+    if (err) {
+      // Some of the chain may be on the queue pair already: only stopping
+      // the queue pair makes sure none of it still reads the source.
+      o.outstanding[c] += pb.wrs;
+      fail(pb, std::move(err), done);
+      return break_outgoing(o, transport_errc::peer_lost,
+                            "ibv_post_send to " + o.peer + " failed", done);
+    }
+    o.outstanding[c] += pb.wrs;
+    stats_.bytes_sent[c] += pb.bytes;
   }
+}
 
-  void check_deadlines() {
-    done_list done;
+void verbs_backend::fail(pending& pb, transport_errc code, std::string why,
+                         done_list& done) {
+  fail(pb, caf::make_error(code, std::move(why)), done);
+}
+
+void verbs_backend::fail(pending& pb, caf::error err, done_list& done) {
+  if (pb.state != batch_state::expired)
+    done.emplace_back(std::move(pb.sink),
+                      completion{pb.b.tag, 0,
+                                 static_cast<uint32_t>(pb.b.writes.size()),
+                                 std::move(err)});
+  release(pb.id);
+}
+
+void verbs_backend::release(uint64_t id) {
+  auto i = batches_.find(id);
+  if (i == batches_.end())
+    return;
+  if (i->second.state == batch_state::posted
+      || i->second.state == batch_state::expired)
+    --inflight_;
+  for (auto s : i->second.sources) {
+    auto m = mrs_.find(s);
+    if (m != mrs_.end() && m->second.uses > 0)
+      --m->second.uses;
+  }
+  auto o = out_.find(i->second.peer);
+  if (o != out_.end() && o->second.batches > 0)
+    --o->second.batches;
+  batches_.erase(i);
+  cv_.notify_all();
+}
+
+void verbs_backend::break_outgoing(outgoing& o, transport_errc code,
+                                   const std::string& why, done_list& done) {
+  if (o.state == link_state::connected) {
+    for (auto& q : o.qps)
+      q.to_error();
+    side_command c;
+    c.kind = side_command::close;
+    c.conn = o.conn;
+    commands_.push_back(std::move(c));
+  }
+  // Every batch of this peer fails now: queued and parked ones were never
+  // posted; posted ones are stopped by destroying the queue pairs below.
+  std::vector<uint64_t> ids;
+  for (auto& [id, pb] : batches_)
+    if (pb.peer == o.peer
+        && (pb.state == batch_state::parked || pb.state == batch_state::queued
+            || pb.conn == o.conn))
+      ids.push_back(id);
+  for (auto id : ids) {
+    auto& pb = batches_.at(id);
+    if (code == transport_errc::peer_lost && pb.state != batch_state::expired)
+      ++stats_.peer_lost;
+    fail(pb, code, why, done);
+  }
+  if (o.state == link_state::connected) {
+    for (auto& q : o.qps)
+      q = verbs::queue_pair{};
+    cq_used_ -= 2 * static_cast<int>(opts_.verbs_max_outstanding + 1);
+  }
+  for (auto& q : o.queued)
+    q.clear();
+  o.parked.clear();
+  for (size_t c = 0; c < traffic_class_count; ++c) {
+    o.outstanding[c] = o.signaled[c] = o.quiet[c] = o.quiet_wrs[c] = 0;
+    o.wire[c].clear();
+  }
+  o.table.clear();
+  o.fetch_in_flight = false;
+  if (o.state != link_state::connecting)
+    o.state = link_state::idle;
+  o.conn = 0;
+  wake();
+}
+
+void verbs_backend::wake() {
+  uint64_t one = 1;
+  // A full eventfd counter still wakes the reader: nothing to handle.
+  static_cast<void>(verbs::scall("write(eventfd)",
+                                 ::write(wake_fd_.get(), &one, sizeof(one))));
+}
+
+void verbs_backend::drop_incoming(uint64_t conn) {
+  auto i = in_.find(conn);
+  if (i == in_.end())
+    return;
+  in_.erase(i); // destroys the queue pairs
+  cq_used_ -= 2 * static_cast<int>(recv_depth + 1);
+  side_command c; // the sender learns it from its side channel's end
+  c.kind = side_command::close;
+  c.conn = conn;
+  commands_.push_back(std::move(c));
+  wake();
+}
+
+caf::error verbs_backend::grow_cq(int entries) {
+  int need = cq_used_ + entries;
+  if (need > dev_.max_cqe())
+    return caf::make_error(
+        transport_errc::queue_full,
+        "the completion queue would need " + std::to_string(need) + " entries, "
+            + dev_.name() + " allows " + std::to_string(dev_.max_cqe())
+            + " (lower transport.max_outstanding or the "
+              "number of peers)");
+  if (need > cq_capacity_) {
+    int want =
+        std::min(dev_.max_cqe(), std::max(need + need / 4, 2 * cq_capacity_));
+    std::lock_guard<std::mutex> guard{cq_mtx_};
+    if (auto err = verbs::vcall("ibv_resize_cq", ibv_resize_cq(cq_.get(), want),
+                                std::to_string(want) + " entries"))
+      return err;
+    cq_capacity_ = cq_->cqe;
+  }
+  cq_used_ = need;
+  return caf::none;
+}
+
+verbs_backend::outgoing* verbs_backend::find_conn(uint64_t conn) {
+  for (auto& [name, o] : out_)
+    if (o.conn == conn && o.state == link_state::connected)
+      return &o;
+  return nullptr;
+}
+
+std::vector<verbs::region_entry> verbs_backend::table_snapshot() const {
+  std::vector<verbs::region_entry> t;
+  for (auto& [id, m] : mrs_)
+    if (!m.removing)
+      t.push_back(verbs::region_entry{id, m.mr->rkey, m.key, m.base, m.length});
+  return t;
+}
+
+void verbs_backend::deliver(done_list& done) {
+  for (auto& [sink, res] : done) {
     {
       std::lock_guard<std::mutex> guard{mtx_};
-      auto now = clock_type::now();
-      for (auto i = batches_.begin(); i != batches_.end();) {
-        auto& pb = i->second;
-        if (now < pb.b.deadline) {
-          ++i;
-          continue;
-        }
-        done.emplace_back(std::move(pb.sink),
-                          failed(pb, transport_errc::deadline_exceeded,
-                                 "verbs batch missed its deadline"));
-        auto p = peers_.find(pb.b.writes.front().destination.node);
-        if (p != peers_.end()) {
-          auto& q = p->second.qps[static_cast<size_t>(pb.b.tclass)];
-          // The HCA may still read the source: stop the queue pair.
-          if (pb.posted)
-            to_error(q);
-          else
-            q.waiting.erase(
-                std::remove(q.waiting.begin(), q.waiting.end(), pb.id),
-                q.waiting.end());
-        }
-        i = batches_.erase(i);
+      if (res.error) {
+        ++stats_.batches_failed;
+        if (res.error.code()
+            == static_cast<uint8_t>(transport_errc::deadline_exceeded))
+          ++stats_.deadline_exceeded;
+      } else {
+        ++stats_.batches_completed;
       }
     }
-    deliver(done);
+    if (sink)
+      sink(std::move(res));
   }
+  done.clear();
+}
 
-  void poll_loop() {
-    while (!stop_) {
-      pollfd pfd{channel_->fd, POLLIN, 0};
-      if (::poll(&pfd, 1, 10) > 0) {
-        ibv_cq* ev_cq = nullptr;
-        void* ev_ctx = nullptr;
-        if (ibv_get_cq_event(channel_.get(), &ev_cq, &ev_ctx) == 0) {
-          ibv_ack_cq_events(ev_cq, 1);
-          static_cast<void>(
-              vcall("ibv_req_notify_cq", ibv_req_notify_cq(cq_.get(), 0)));
-        }
-      }
-      while (drain_once() > 0) {
-        // drain everything that is ready
-      }
-      check_deadlines();
+void verbs_backend::on_immediate(immediate_handler f) {
+  std::lock_guard<std::mutex> guard{handler_mtx_};
+  handler_ = std::move(f);
+}
+
+counters verbs_backend::stats() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return stats_;
+}
+
+void verbs_backend::drop_peer(const std::string& peer) {
+  done_list done;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = out_.find(peer);
+    if (i != out_.end()) {
+      break_outgoing(i->second, transport_errc::peer_lost, "dropped " + peer,
+                     done);
+      // Forgets the address (connect() again to reach it); a handshake in
+      // flight finds no entry when it ends and is discarded.
+      out_.erase(i);
     }
+    std::vector<uint64_t> gone;
+    for (auto& [conn, in] : in_)
+      if (in.peer == peer)
+        gone.push_back(conn);
+    for (auto conn : gone)
+      drop_incoming(conn);
   }
+  wake();
+  deliver(done);
+}
 
-  options opts_;
-  std::string device_name_;
-  ibv_port_attr port_{};
-  ibv_gid gid_{};
-  // Declared in acquisition order: destroyed in reverse.
-  context_ptr ctx_;
-  pd_ptr pd_;
-  channel_ptr channel_;
-  cq_ptr cq_;
-  std::mutex mtx_; // guards mrs_, peers_, batches_
-  std::unordered_map<uint32_t, mr_ptr> mrs_;
-  std::map<std::string, peer_qps> peers_;
-  std::unordered_map<uint64_t, pending_batch> batches_;
-  uint32_t next_region_ = 1;
-  uint64_t next_batch_ = 1;
-  std::mutex handler_mtx_;
-  immediate_handler handler_;
-  mutable std::mutex stats_mtx_;
-  counters stats_;
-  std::atomic<bool> stop_{false};
-  std::thread poller_;
-};
+} // namespace dualpath::transport::bulk
 
-} // namespace
+// make_verbs_backend: see backend.hpp.
+namespace dualpath::transport::bulk {
 
 caf::expected<std::unique_ptr<backend>>
 make_verbs_backend(const options& opts) {
-  auto ptr = std::make_unique<verbs_backend>(opts);
-  if (auto err = ptr->open())
-    return err;
-  return std::unique_ptr<backend>{std::move(ptr)};
+  auto b = verbs_backend::open(opts);
+  if (!b)
+    return b.error();
+  return std::unique_ptr<backend>{std::move(*b)};
 }
 
 } // namespace dualpath::transport::bulk

@@ -19,9 +19,27 @@
 #include <thread>
 #include <vector>
 
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
 #include "tests/support/support.hpp"
 
 namespace dualpath::test {
+
+/// `a` followed by `b` (argument lists).
+inline std::vector<std::string> with(std::vector<std::string> a,
+                                     const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+/// The report `dualpath run --json` printed (the test fails without one).
+inline nlohmann::json parse_report(const std::string& text) {
+  auto doc = nlohmann::json::parse(text, nullptr, false);
+  REQUIRE_MESSAGE(!doc.is_discarded(), text);
+  return doc;
+}
 
 /// Under ASan: CAF 0.17.6's middleman keeps reference cycles among its
 /// brokers after a peer vanished (kill -9), which LeakSanitizer reports as
@@ -191,9 +209,17 @@ struct deployment_ports {
 };
 
 /// A cluster file: scheduler "sched", prefill "pe0", decode "de0" and "de1",
-/// storage `store_dir`; `tls` selects [tls] with the files of make_test_ca.
-inline std::string cluster_toml(const deployment_ports& p,
-                                const std::string& store_dir, bool tls) {
+/// storage `store_dir`; `tls` selects [tls] with the files of make_test_ca;
+/// `rdma_devices` (if given) names the RDMA device of pe0, de0 and de1 (an
+/// empty name: none in the file).
+inline std::string
+cluster_toml(const deployment_ports& p, const std::string& store_dir, bool tls,
+             const std::vector<std::string>& rdma_devices = {}) {
+  auto device = [&](size_t i) {
+    return i < rdma_devices.size() && !rdma_devices[i].empty()
+               ? "rdma_device = \"" + rdma_devices[i] + "\"\n"
+               : std::string{};
+  };
   std::ostringstream out;
   out << "[cluster]\nscheduler = \"sched\"\nstorage = \"" << store_dir
       << "\"\nbulk_secret = \"test-secret-0123456789abcdef\"\n\n";
@@ -207,20 +233,24 @@ inline std::string cluster_toml(const deployment_ports& p,
       << p.caf << "\n\n";
   out << "[[node]]\nname = \"pe0\"\nrole = \"prefill\"\nhost = "
          "\"127.0.0.1\"\nbulk_port = "
-      << p.bulk_pe0 << "\ngpus = [0, 1]\n\n";
+      << p.bulk_pe0 << "\ngpus = [0, 1]\n"
+      << device(0) << "\n";
   out << "[[node]]\nname = \"de0\"\nrole = \"decode\"\nhost = "
          "\"127.0.0.1\"\nbulk_port = "
-      << p.bulk_de0 << "\ngpus = [0, 1]\n\n";
+      << p.bulk_de0 << "\ngpus = [0, 1]\n"
+      << device(1) << "\n";
   out << "[[node]]\nname = \"de1\"\nrole = \"decode\"\nhost = "
          "\"127.0.0.1\"\nbulk_port = "
-      << p.bulk_de1 << "\ngpus = [0, 1]\n";
+      << p.bulk_de1 << "\ngpus = [0, 1]\n"
+      << device(2);
   return out.str();
 }
 
 /// Settings shared by every process of a test deployment and the embedded
 /// run it is compared with (1 prefill node, 2 decode nodes, 2 GPUs each).
 inline std::vector<std::string>
-deployment_settings(uint32_t agents, uint32_t turns, double time_scale) {
+deployment_settings(uint32_t agents, uint32_t turns, double time_scale,
+                    const std::string& backend = "tcp") {
   // A two-GPU node holds a 37e9-parameter model's weights, not DS-660B's.
   return {"--set", "hardware.gpus_per_node=2",
           "--set", "model.total_params=37e9",
@@ -231,7 +261,7 @@ deployment_settings(uint32_t agents, uint32_t turns, double time_scale) {
           "--set", "run.decode_nodes=2",
           "--set", "workload.agents=" + std::to_string(agents),
           "--set", "run.turns=" + std::to_string(turns),
-          "--set", "transport.backend=tcp"};
+          "--set", "transport.backend=" + backend};
 }
 
 /// The four node processes of a test deployment.

@@ -14,22 +14,6 @@
 using namespace dualpath::test;
 using nlohmann::json;
 
-namespace {
-
-json parse_report(const std::string& text) {
-  auto doc = json::parse(text, nullptr, false);
-  REQUIRE_MESSAGE(!doc.is_discarded(), text);
-  return doc;
-}
-
-std::vector<std::string> with(std::vector<std::string> a,
-                              const std::vector<std::string>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-} // namespace
-
 TEST_CASE("kill -9 of a decode node mid-run: every agent completes once") {
   temp_dir dir;
   deployment_ports ports;

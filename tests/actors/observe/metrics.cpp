@@ -37,7 +37,7 @@ TEST_CASE("standard families are declared with help and type") {
        {"dualpath_read_queue_tokens", "dualpath_reader_buffer_used_bytes",
         "dualpath_snic_bytes_total", "dualpath_ttft_seconds",
         "dualpath_tpot_seconds", "dualpath_errors_total",
-        "dualpath_reroutes_total", "dualpath_tcp_fallback_total",
+        "dualpath_reroutes_total", "dualpath_bulk_tcp_fallback_total",
         "dualpath_gpu_staged_bytes_total"}) {
     CAPTURE(name);
     CHECK(text.find(std::string{"# HELP "} + name + " ") != std::string::npos);

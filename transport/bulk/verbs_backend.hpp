@@ -1,0 +1,315 @@
+// The verbs backend (rdma-core): one-sided RDMA WRITEs over RC queue pairs,
+// one connection per (sender, receiver) pair and traffic class.
+//
+// Connections. details_for() is the same for every peer: the address of this
+// backend's side-channel listener and its incarnation (a random number per
+// process). A sender's connect(peer, details), or its first post after a
+// connection broke, runs the handshake of verbs_wire.hpp over a new TCP side
+// channel: both ends prove the shared secret, exchange queue pair endpoints
+// (one RC queue pair per traffic class on each side; the sender's send, the
+// receiver's take WRITE_WITH_IMM notices) and the receiver hands over its
+// region table. The side channel stays open: the sender asks it for a fresh
+// table when a write names a region it does not know, the receiver announces
+// removed regions on it, and its end (the receiver process died) fails every
+// pending batch of that connection at once with peer_lost. A connection that
+// breaks for any reason is torn down on both sides and made anew on the next
+// post (after a failed attempt, posts fail at once for one second); a peer
+// that restarted (new incarnation) must be connected again with its new
+// details.
+//
+// Writes. A batch is checked against the receiver's table before anything is
+// posted: an unknown region, a wrong key or a range outside the region fails
+// locally (unknown_region, wrong_key, out_of_bounds) and the connection stays
+// usable. It is then one linked chain of RDMA WRITEs (WRITE_WITH_IMM last when
+// it carries an immediate) posted with one ibv_post_send, only its last work
+// request signalled; at most transport.max_outstanding work requests are
+// outstanding per queue pair and later batches wait in a FIFO (at most
+// max_pending_batches per peer, then queue_full). Every batch has its own
+// deadline: a batch not yet posted fails then; a posted one completes with
+// deadline_exceeded then, its source stays in use until the device is done
+// with it, and if it is still outstanding io_timeout later its connection
+// (only that one) is moved to ERR.
+//
+// Completions, receives, deadlines and asynchronous device events (port down,
+// fatal queue pair errors -> peer lost for every pending batch) are handled
+// on a poller thread; handshakes and side-channel traffic on a side-channel
+// thread and a connector thread. One CQ serves everything and grows with the
+// connections (every queue pair's depth), bounded by the device's largest.
+//
+// Every ibv_* and system call goes through verbs_call.hpp's helpers.
+//
+// Thread safety: as backend (every member may be called concurrently), with
+// one addition: deregistration (a local_registration's destructor) waits
+// until no posted work request reads the region, so it must not run inside a
+// completion sink.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "transport/bulk/backend.hpp"
+#include "transport/bulk/verbs_device.hpp"
+#include "transport/bulk/verbs_qp.hpp"
+#include "transport/bulk/verbs_wire.hpp"
+
+namespace dualpath::transport::bulk {
+
+class verbs_backend final : public backend {
+public:
+  /// Opens the device and starts the threads (errors: see device::open).
+  static caf::expected<std::unique_ptr<verbs_backend>>
+  open(const options& opts);
+
+  ~verbs_backend() override;
+
+  capabilities caps() const override;
+  const std::string& node() const override {
+    return opts_.node;
+  }
+  caf::expected<local_registration> register_region(void* ptr, uint64_t len,
+                                                    memory_kind kind,
+                                                    int dmabuf_fd) override;
+  caf::expected<std::vector<uint8_t>>
+  details_for(const std::string& peer) override;
+  caf::error connect(const std::string& peer,
+                     const std::vector<uint8_t>& details) override;
+  void post(batch b, completion_sink sink) override;
+  void on_immediate(immediate_handler f) override;
+  counters stats() const override;
+  void drop_peer(const std::string& peer) override;
+
+  /// Registers [ptr, ptr+len) under a region id and key the caller chose
+  /// (unique per node): the auto backend gives its tcp half's, so one
+  /// descriptor is valid on both paths.
+  caf::expected<local_registration> register_as(void* ptr, uint64_t len,
+                                                memory_kind kind, int dmabuf_fd,
+                                                uint32_t region_id,
+                                                uint64_t key);
+
+  /// The device, port and GID in use (for logs).
+  const std::string& description() const {
+    return dev_.description();
+  }
+
+protected:
+  void deregister(uint32_t region_id) override;
+
+private:
+  using done_list = std::vector<std::pair<completion_sink, completion>>;
+
+  /// Receive work requests per receiving queue pair (WRITE_WITH_IMM
+  /// notices); reposted as they complete.
+  static constexpr uint32_t recv_depth = 64;
+
+  /// After a failed handshake, posts to that peer fail at once this long.
+  static constexpr std::chrono::seconds retry_pause{1};
+
+  /// KV batches signal one completion per this many batches at most (each
+  /// signalled one retires those before it); control batches signal each.
+  static constexpr uint32_t signal_every = 16;
+
+  /// The poller spins while batches are outstanding and the last
+  /// completion came less than this long ago (then sleeps on events).
+  static constexpr std::chrono::milliseconds spin_window{5};
+
+  /// A sender's connection towards one peer.
+  enum class link_state : uint8_t {
+    idle,       ///< Address known, no connection (none yet or torn down).
+    connecting, ///< A handshake is in flight on the connector thread.
+    connected,  ///< Queue pairs in RTS, side channel open.
+    failed,     ///< The last attempt failed; posts fail until retry_at.
+  };
+
+  enum class batch_state : uint8_t {
+    parked,  ///< Waiting for the connection or the peer's region table.
+    queued,  ///< Checked, waiting for room on its queue pair.
+    posted,  ///< On the queue pair.
+    expired, ///< Posted, completed with deadline_exceeded, still on the QP.
+  };
+
+  struct pending {
+    uint64_t id = 0;
+    batch b;
+    completion_sink sink;
+    std::string peer;
+    uint32_t wrs = 0;
+    uint64_t bytes = 0;
+    batch_state state = batch_state::parked;
+    uint64_t conn = 0;       ///< Connection it was posted on.
+    uint64_t need_fetch = 0; ///< First table fetch that is authoritative.
+    std::vector<uint32_t> sources;
+    std::vector<std::pair<uint64_t, uint32_t>> targets; ///< addr, rkey
+  };
+
+  struct outgoing {
+    std::string peer;
+    verbs::host_port address;
+    uint64_t incarnation = 0; ///< Expected from the details (0: any).
+    link_state state = link_state::idle;
+    uint64_t conn = 0;    ///< Id of the current connection.
+    uint64_t attempt = 0; ///< The handshake attempt in flight or last.
+    caf::error last_error;
+    clock_type::time_point retry_at{};
+    verbs::queue_pair qps[traffic_class_count];
+    std::unordered_map<uint32_t, verbs::region_entry> table;
+    uint64_t fetches = 0;     ///< Table fetches started.
+    uint64_t table_fetch = 0; ///< The fetch the table in hand came from.
+    bool fetch_in_flight = false;
+    std::deque<uint64_t> queued[traffic_class_count];
+    uint32_t outstanding[traffic_class_count] = {0, 0};
+    /// Batch ids on each queue pair in posting order (0: a fence).
+    std::deque<uint64_t> wire[traffic_class_count];
+    uint32_t signaled[traffic_class_count] = {0, 0}; ///< on the wire
+    uint32_t quiet[traffic_class_count] = {0, 0};    ///< batches since one
+    uint32_t quiet_wrs[traffic_class_count] = {0, 0};
+    std::pair<uint64_t, uint32_t> last_target[traffic_class_count] = {};
+    std::vector<uint64_t> parked;
+    size_t batches = 0;
+  };
+
+  /// A receiver's end of a peer's connection.
+  struct incoming {
+    std::string peer;
+    verbs::queue_pair qps[traffic_class_count];
+  };
+
+  struct local_mr {
+    verbs::mr_ptr mr;
+    uint64_t key = 0;
+    uint64_t base = 0;
+    uint64_t length = 0;
+    uint32_t uses = 0; ///< Batches reading it (queued or on a QP).
+    bool removing = false;
+  };
+
+  /// Work for the side-channel thread (which owns every channel).
+  struct side_command {
+    enum kind_t : uint8_t { adopt, close, send } kind = send;
+    uint64_t conn = 0;
+    bool sender = false; ///< adopt: this end is the sending side.
+    verbs::channel ch;   ///< adopt
+    verbs::frame_type type = verbs::frame_type::regions_req;
+    std::vector<uint8_t> body;
+  };
+
+  /// A handshake being served: challenge sent, hello awaited.
+  struct half_open {
+    verbs::channel ch;
+    uint8_t nonce[32] = {};
+    clock_type::time_point until{};
+  };
+
+  /// Bound of each handshake step: io_timeout, but at least 10 s, since a
+  /// step includes queue pair transitions that resolve the peer's address
+  /// (ARP on RoCE), slow on a loaded host. Posts do not wait for it.
+  std::chrono::milliseconds handshake_timeout() const {
+    return std::max<std::chrono::milliseconds>(opts_.io_timeout,
+                                               std::chrono::seconds{10});
+  }
+
+  /// Handshakes served at once; more connections are closed at once.
+  static constexpr size_t max_half_open = 64;
+
+  struct client_result {
+    verbs::channel ch;
+    verbs::queue_pair qps[traffic_class_count];
+    std::vector<verbs::region_entry> table;
+  };
+
+  verbs_backend(const options& opts, verbs::device dev);
+  caf::error start();
+
+  // verbs_backend.cpp: registrations, posting, connections' bookkeeping.
+  caf::expected<local_registration> add_region(void* ptr, uint64_t len,
+                                               memory_kind kind, int dmabuf_fd,
+                                               uint32_t id, uint64_t key);
+  void admit(outgoing& o, pending& pb, done_list& done);
+  void pump(outgoing& o, size_t tclass, done_list& done);
+  /// A signalled completion (of batch `upto`, or a fence when 0) retires
+  /// every batch posted before it on that queue pair.
+  void retire(outgoing& o, size_t tclass, uint64_t upto, done_list& done);
+  void post_fence(outgoing& o, size_t tclass, done_list& done);
+  void fail(pending& pb, transport_errc code, std::string why, done_list& done);
+  void fail(pending& pb, caf::error err, done_list& done);
+  void release(uint64_t id);
+  void break_outgoing(outgoing& o, transport_errc code, const std::string& why,
+                      done_list& done);
+  void drop_incoming(uint64_t conn);
+  void start_attempt(outgoing& o);
+  void request_table(outgoing& o);
+  void deliver(done_list& done);
+  std::vector<verbs::region_entry> table_snapshot() const;
+  caf::error grow_cq(int entries);
+  outgoing* find_conn(uint64_t conn);
+
+  // verbs_handshake.cpp: the connector and side-channel threads.
+  void connector_loop();
+  caf::expected<client_result> client_handshake(const std::string& peer,
+                                                verbs::host_port address,
+                                                uint64_t incarnation);
+  void finish_attempt(const std::string& peer, uint64_t attempt,
+                      caf::expected<client_result> res, done_list& done);
+  void side_loop();
+  /// Sends an accepted connection the challenge.
+  caf::expected<half_open> greet(verbs::channel ch);
+  /// Serves the rest with the hello `f` that arrived; returns the new
+  /// receiving connection's id and its side channel (id 0 when it failed).
+  std::pair<uint64_t, verbs::channel>
+  serve_handshake(half_open h, caf::expected<verbs::frame> f);
+  void on_side_frame(uint64_t conn, verbs::frame f);
+  void on_side_lost(uint64_t conn, bool sender, const caf::error& why);
+  void wake();
+
+  // verbs_completion.cpp: the poller thread.
+  void poll_loop();
+  void on_completion(const ibv_wc& wc, done_list& done,
+                     std::vector<incoming_immediate>& imms);
+  void check_deadlines(done_list& done);
+  void on_async_event(const ibv_async_event& ev, done_list& done);
+  caf::error post_recv(ibv_qp* qp, uint64_t conn);
+
+  options opts_;
+  uint64_t incarnation_ = 0;
+  // Declared in acquisition order: destroyed in reverse.
+  verbs::device dev_;
+  verbs::channel_ptr channel_;
+  verbs::cq_ptr cq_;
+  verbs::listener listener_;
+  verbs::unique_fd wake_fd_; ///< eventfd waking the side-channel thread
+  std::string address_;      ///< host:port of listener_
+  mutable std::mutex mtx_;   // guards everything below
+  std::condition_variable cv_;
+  int cq_capacity_ = 0;
+  int cq_used_ = 0;
+  std::unordered_map<uint32_t, local_mr> mrs_;
+  std::map<std::string, outgoing> out_;
+  std::map<uint64_t, incoming> in_;
+  std::unordered_map<uint64_t, pending> batches_;
+  std::deque<std::pair<std::string, uint64_t>> connect_jobs_;
+  std::vector<side_command> commands_;
+  uint32_t next_region_ = 1;
+  uint64_t next_batch_ = 1;
+  uint64_t next_conn_ = 1;
+  uint64_t next_attempt_ = 1;
+  counters stats_;
+  /// When check_deadlines() has something to do next (clock ticks).
+  std::atomic<int64_t> next_deadline_scan_{0};
+  /// Batches on a queue pair (posted or expired): the poller spins then.
+  std::atomic<uint64_t> inflight_{0};
+  std::mutex cq_mtx_; // serialises ibv_poll_cq with ibv_resize_cq
+  std::atomic<bool> stop_{false};
+  std::mutex handler_mtx_;
+  immediate_handler handler_;
+  std::thread poller_;
+  std::thread side_;
+  std::thread connector_;
+};
+
+} // namespace dualpath::transport::bulk

@@ -136,6 +136,9 @@ struct request_result {
   uint64_t bytes_pe_to_de = 0;
   uint64_t bytes_de_to_pe = 0;
   uint32_t blocks_persisted = 0; ///< Full Blocks persisted after decode.
+  /// Its storage reads (either side) and slot reservations that waited for
+  /// room in a node's DRAM buffer.
+  uint32_t buffer_waits = 0;
 };
 
 template <class Inspector>
@@ -144,7 +147,7 @@ typename Inspector::result_type inspect(Inspector& f, request_result& x) {
            x.ttft_ns, x.ttst_ns, x.tpot_ns, x.done_ns, x.bytes_read_pe,
            x.bytes_read_de, x.bytes_compute_net, x.blocks_verified,
            x.verify_failures, x.recomputed_blocks, x.reroutes, x.bytes_pe_to_de,
-           x.bytes_de_to_pe, x.blocks_persisted);
+           x.bytes_de_to_pe, x.blocks_persisted, x.buffer_waits);
 }
 
 /// An engine could not complete its attempt at a request: `id` is the id the
@@ -247,12 +250,14 @@ struct read_completion {
   uint64_t request_id = 0;
   std::vector<buffer_lease> leases;
   std::vector<block_hash> failed;
+  /// The read (or reservation) waited for room in the node's DRAM buffer.
+  bool waited_for_buffer = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, read_completion& x) {
   return f(caf::meta::type_name("read_completion"), x.request_id, x.leases,
-           x.failed);
+           x.failed, x.waited_for_buffer);
 }
 
 /// A node's storage read queue, in tokens and bytes, and queued requests.
@@ -372,12 +377,14 @@ struct prefill_summary {
   uint32_t recomputed_blocks = 0;
   uint64_t bytes_read_pe = 0;
   uint32_t pe_side_blocks = 0;
+  uint32_t buffer_waits = 0; ///< Its PE-side read waited for buffer room.
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, prefill_summary& x) {
   return f(caf::meta::type_name("prefill_summary"), x.request_id, x.hit_blocks,
-           x.recomputed_blocks, x.bytes_read_pe, x.pe_side_blocks);
+           x.recomputed_blocks, x.bytes_read_pe, x.pe_side_blocks,
+           x.buffer_waits);
 }
 
 /// Leases handed back to a storage reader at once (one message for all the

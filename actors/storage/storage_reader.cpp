@@ -121,6 +121,7 @@ struct pending_read {
   std::vector<buffer_lease> runs;
   std::vector<block_hash> failed;
   caf::actor_clock::time_point accepted_at{}; // for the timeline
+  bool waited = false; // a block found the buffer full (or reserved ahead)
 };
 
 struct reader_state {
@@ -138,9 +139,12 @@ struct reader_state {
   size_t leases = 0;           // slots leased now
   uint32_t read_held = 0;      // slots (places) held by reads: <= read_cap
   // Reservations waiting for room (served before any queued read).
-  std::deque<
-      std::pair<reserve_request, caf::typed_response_promise<read_completion>>>
-      reserves;
+  struct waiting_reserve {
+    reserve_request req;
+    caf::typed_response_promise<read_completion> rp;
+    bool waited = false; // found too little room when it arrived
+  };
+  std::deque<waiting_reserve> reserves;
   // lease_runs: the places (slots) taken from the pool's capacity by
   // modeled reads, and the run leases (id -> blocks). A run lease id has
   // the top bit set; a reader with lease_runs hands out no slot leases, so
@@ -261,6 +265,7 @@ void finish_read(self_ptr self, uint64_t request) {
   auto& p = i->second;
   read_completion done;
   done.request_id = p.req.request_id;
+  done.waited_for_buffer = p.waited;
   if (st.cfg.lease_runs) {
     // Runs complete in issue order (one NIC, paced in order), so they are
     // in block order already; sorted in case a pacer ever reorders.
@@ -306,6 +311,17 @@ std::pair<uint64_t, pending_read*> next_to_issue(reader_state& st) {
   return {0, nullptr};
 }
 
+// The read at the queue's front found no room in the buffer: it waits for a
+// release (counted once per read).
+void note_wait(reader_state& st) {
+  auto [rid, p] = next_to_issue(st);
+  if (p == nullptr || p->waited)
+    return;
+  p->waited = true;
+  if (auto& h = st.cfg.hooks)
+    h->count("dualpath_reader_buffer_waits_total", {{"node", st.cfg.node}});
+}
+
 // pump() for modeled reads without I/O threads (a simulation): the blocks
 // of one request issued together become one job, completed by a single
 // paced message at the last block's time instead of two messages per block.
@@ -342,8 +358,10 @@ void pump_modeled(self_ptr self) {
     job->parts.reserve(n);
     while (p.next < first + n) {
       auto slot = acquire_place(st, true);
-      if (!slot)
+      if (!slot) {
+        note_wait(st);
         break; // back-pressure: wait for a release
+      }
       io_job::part part;
       part.index = p.next++;
       part.hash = p.req.blocks[part.index];
@@ -368,15 +386,23 @@ void pump_modeled(self_ptr self) {
 void serve_reserves(self_ptr self) {
   auto& st = self->state;
   while (!st.reserves.empty()) {
-    auto& [req, rp] = st.reserves.front();
+    auto& [req, rp, waited] = st.reserves.front();
     auto n = static_cast<uint32_t>(req.block_indices.size());
     auto free_places = st.cfg.lease_runs
                            ? st.cfg.pool->slots() - st.run_places
                            : st.cfg.pool->slots() - st.cfg.pool->in_use();
-    if (free_places < n)
+    if (free_places < n) {
+      if (!waited) {
+        waited = true;
+        if (auto& h = st.cfg.hooks)
+          h->count("dualpath_reader_buffer_waits_total",
+                   {{"node", st.cfg.node}});
+      }
       return; // wait for releases
+    }
     read_completion done;
     done.request_id = req.request_id;
+    done.waited_for_buffer = waited;
     if (st.cfg.lease_runs) {
       st.run_places += n;
       st.leases += n;
@@ -428,8 +454,10 @@ void serve_reserves(self_ptr self) {
 void pump(self_ptr self) {
   auto& st = self->state;
   serve_reserves(self);
-  if (!st.reserves.empty())
+  if (!st.reserves.empty()) {
+    note_wait(st);
     return; // a waiting reservation takes the next free slots
+  }
   if (st.cfg.modeled_reads && !st.workers) {
     pump_modeled(self);
     return;
@@ -440,8 +468,10 @@ void pump(self_ptr self) {
       return;
     auto& p = *next;
     auto slot = acquire_place(st, true);
-    if (!slot)
+    if (!slot) {
+      note_wait(st);
       return; // back-pressure: wait for a release
+    }
     auto job = std::make_shared<io_job>();
     job->kind = io_job::read;
     job->request = rid;
@@ -674,7 +704,8 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
           return done;
         }
         auto rp = self->make_response_promise<read_completion>();
-        st.reserves.emplace_back(std::move(req), rp);
+        st.reserves.push_back(
+            reader_state::waiting_reserve{std::move(req), rp});
         pump(self);
         return rp;
       },

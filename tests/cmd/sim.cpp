@@ -181,6 +181,37 @@ TEST_CASE("--turns 0 submits every turn of every trajectory") {
   CHECK(b["prefill_compute_s"].get<double>() > 0);
 }
 
+TEST_CASE("a DRAM buffer too small for the load: reads wait, none fails") {
+  // 5 GiB holds 2,096 Full Blocks of this model: the decode node's reads may
+  // hold 1,070 of them (the rest is the longest prompt's headroom), less than
+  // six agents' turns in flight ask for. Nothing fails or is recomputed for
+  // a full buffer: the reads and reservations wait for releases, and every
+  // turn still completes with every block persisted.
+  auto at = [](const char* gib) {
+    return run_json(
+        small("sim", {"--mode", "basic,dualpath", "--turns", "0", "--set",
+                      std::string("hardware.dram_buffer_gib=") + gib}));
+  };
+  auto tight = at("5");
+  auto roomy = at("80");
+  CHECK(tight["requests_per_mode"] == roomy["requests_per_mode"]);
+  for (auto mode : {"basic", "dualpath"}) {
+    CAPTURE(mode);
+    auto& t = tight["modes"][mode];
+    auto& r = roomy["modes"][mode];
+    CHECK(t["requests"] == r["requests"]);
+    CHECK(t["failed_requests"].get<int>() == 0);
+    CHECK(t["recomputed_blocks"] == r["recomputed_blocks"]);
+    CHECK(t["blocks_persisted"] == r["blocks_persisted"]);
+    CHECK(t["buffer_waits"].get<uint64_t>() > 0);
+    CHECK(r["buffer_waits"].get<uint64_t>() == 0);
+    // Waiting costs time; it never makes a job faster.
+    CHECK(t["jct_s"].get<double>() >= r["jct_s"].get<double>());
+  }
+  // Both sides read: the decode side's reads are the ones that waited most.
+  CHECK(tight["modes"]["dualpath"]["bytes_read_de_side"].get<uint64_t>() > 0);
+}
+
 TEST_CASE("--turns 0 honours a trace file's own history turns") {
   temp_dir dir;
   // Agent 0: three turns, nothing in storage. Agent 1: four turns, the first

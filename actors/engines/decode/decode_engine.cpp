@@ -269,6 +269,8 @@ void on_read(self_ptr self, uint64_t id, read_completion c) {
         uint64_t{l.blocks} * cfg.model.block_tokens * kv_bytes_per_token(cfg);
   }
   r.read_failed = std::move(c.failed);
+  if (c.waited_for_buffer)
+    ++r.result.buffer_waits;
   r.phase = de_phase::waiting;
   if (!r.admit_waiters.empty())
     reserve_rest(self, r);
@@ -376,6 +378,8 @@ void reserve_rest(self_ptr self, de_request& r) {
               return;
             }
             auto& r = i->second;
+            if (c.waited_for_buffer)
+              ++r.result.buffer_waits;
             for (auto& l : c.leases) {
               r.leases.push_back(l.lease_id);
               if (st.cfg.real_bytes && l.block_index < r.blocks)
@@ -905,6 +909,7 @@ void send_done(self_ptr self, uint64_t id) {
   auto& r = i->second;
   r.result.bytes_read_pe = r.summary.bytes_read_pe;
   r.result.recomputed_blocks = r.summary.recomputed_blocks;
+  r.result.buffer_waits += r.summary.buffer_waits;
   r.result.bytes_compute_net =
       r.result.bytes_pe_to_de + r.result.bytes_de_to_pe;
   if (r.result.done_ns == 0)

@@ -155,10 +155,10 @@ void on_slot(self_ptr self, uint64_t id, decode_slot slot) {
   release_leases(self, std::move(unused));
   j.slot = std::move(slot);
   j.phase = pe_phase::ready;
-  self->send(caf::actor_cast<decode_engine_actor>(j.a.decode_actor),
-             prefilled_atom_v,
-             prefill_summary{j.id, hit, j.plan.hit_blocks - hit,
-                             j.bytes_read_pe, pe_side});
+  self->send(
+      caf::actor_cast<decode_engine_actor>(j.a.decode_actor), prefilled_atom_v,
+      prefill_summary{j.id, hit, j.plan.hit_blocks - hit, j.bytes_read_pe,
+                      pe_side, j.pe_read.waited_for_buffer ? 1u : 0u});
   pump(self);
 }
 

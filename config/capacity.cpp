@@ -45,8 +45,8 @@ caf::error too_big(const settings& cfg, const std::string& key,
                    uint64_t memory) {
   return caf::make_error(
       config_errc::out_of_range,
-      "configuration key '" + key + "' = " + std::to_string(cfg.integer(key))
-          + " (" + cfg.describe_source(key) + ") asks for " + what + " of "
+      "configuration key '" + key + "' = " + to_string(cfg.get(key)) + " ("
+          + cfg.describe_source(key) + ") asks for " + what + " of "
           + human_bytes(bytes) + ", more than this process can hold ("
           + human_bytes(static_cast<long double>(memory)) + " of memory)");
 }
@@ -74,7 +74,8 @@ caf::error check_capacity(const settings& cfg, uint64_t memory) {
        {"storage.block_tokens", "storage.prefetch_blocks", "model.layers",
         "model.kv_bytes_per_token_layer", "run.byte_scale", "run.prefill_nodes",
         "run.decode_nodes", "hardware.gpus_per_node", "hardware.snic_per_node",
-        "engines.layer_window", "engines.prefill_lookahead", "workload.agents",
+        "engines.layer_window", "engines.basic_batch_tokens",
+        "engines.prefill_ep", "engines.decode_ep", "workload.agents",
         "workload.max_len", "workload.turns", "run.turns"}) {
     auto x = cfg.integer(key);
     if (x > int64_t{std::numeric_limits<int32_t>::max()})
@@ -108,21 +109,24 @@ caf::error check_capacity(const settings& cfg, uint64_t memory) {
         blame(cfg, {"storage.block_tokens", "model.layers",
                     "model.kv_bytes_per_token_layer", "run.byte_scale"}),
         "one KV block file", block, memory);
-  // One storage reader's buffer pool: the nominal pool over the byte scale,
-  // and at least the longest prompts of every prefill engine of a node.
-  auto min_blocks =
-      num("hardware.gpus_per_node") * (num("engines.prefill_lookahead") + 1)
-          * std::floor(num("workload.max_len") / num("storage.block_tokens"))
-      + 64;
-  auto pool =
-      std::max(num("storage.buffer_mib") * 1048576 / scale, min_blocks * block);
+  // A node's DRAM buffer (its storage reader's pool): one slot (a block
+  // file) per Full Block of hardware.dram_buffer_gib, and at least two of
+  // the longest prompts (a decode node keeps one free for reservations), as
+  // actors/cluster/cluster.cpp sizes it.
+  auto nominal_block = num("model.layers") * num("storage.block_tokens")
+                       * num("model.kv_bytes_per_token_layer");
+  auto slots =
+      std::floor(static_cast<real>(cfg.real("hardware.dram_buffer_gib"))
+                 * 1073741824.0L / nominal_block);
+  auto longest =
+      std::ceil(num("workload.max_len") / num("storage.block_tokens"));
+  auto pool = std::max(slots, 2 * longest + 2) * block;
   if (pool > mem)
     return too_big(
         cfg,
-        blame(cfg, {"storage.buffer_mib", "workload.max_len",
-                    "engines.prefill_lookahead", "hardware.gpus_per_node",
-                    "storage.block_tokens", "model.layers"}),
-        "a storage reader's buffer pool", pool, memory);
+        blame(cfg, {"hardware.dram_buffer_gib", "workload.max_len",
+                    "storage.block_tokens", "model.layers", "run.byte_scale"}),
+        "a node's DRAM buffer", pool, memory);
   auto prefetch = num("storage.prefetch_blocks") * block;
   if (cfg.string("storage.reader") == "prefetching" && prefetch > mem)
     return too_big(cfg, "storage.prefetch_blocks",

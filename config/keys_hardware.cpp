@@ -28,6 +28,20 @@ void add_hardware(std::vector<key_spec>& out) {
                          "Achieved fraction of gpu_tflops in prefill "
                          "(assumption; the paper does not state it).",
                          range::above_at_most(0, 1)));
+  out.push_back(string_key(
+      "hardware.prefill_efficiency_curve", "300:0.345,1500:0.862,3000:1",
+      "How a GPU's prefill efficiency grows with the new tokens of its "
+      "batch: comma-separated tokens:relative pairs (relative x "
+      "gpu_efficiency is achieved; linear between points, flat after the "
+      "last, constant time below the first). Default: the paper's Fig. 3 "
+      "(right), batch 1 / 5 / 10 of 300 appended tokens at 1 / 2.5 / 2.9 "
+      "x, flat from there."));
+  out.push_back(real_key("hardware.layer_overhead_us", 30, "us",
+                         "Added to every layer of a prefill or decode step "
+                         "of an expert-parallel group (the experts' "
+                         "all-to-all synchronization; assumption, the paper "
+                         "does not state it).",
+                         range::at_least(0)));
   out.push_back(
       real_key("hardware.hbm_gib", 80, "GiB", "HBM per GPU.", range::above(0)));
   out.push_back(real_key("hardware.hbm_tbps", 3.35, "TB/s",

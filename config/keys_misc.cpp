@@ -30,18 +30,25 @@ void add_engines(std::vector<key_spec>& out) {
                         "Layers whose KV may be in flight or resident on the "
                         "GPU at once (prefetch depth).",
                         range::at_least(1)));
-  out.push_back(int_key("engines.prefill_lookahead", 6, "requests",
-                        "Requests a prefill engine starts (storage reads, "
-                        "decode admission) ahead of the one it computes; "
-                        "each node's reader buffer is sized for them. 6 "
-                        "hides the reads behind compute at 2P4D "
-                        "(docs/benchmarks.md).",
-                        range::at_least(0)));
-  out.push_back(choice_key("engines.mode", "dualpath",
-                           {"dualpath", "basic", "layerwise", "oracle"},
-                           "basic: PE-only loading, no layerwise; layerwise: "
-                           "PE-only with layerwise prefill; dualpath: both "
-                           "paths; oracle: all I/O bypassed."));
+  out.push_back(int_key("engines.prefill_ep", 16, "GPUs",
+                        "GPUs one prefill replica's weights are spread over "
+                        "(expert parallel; at most the prefill GPUs): each "
+                        "holds total_params / prefill_ep of them.",
+                        range::at_least(1)));
+  out.push_back(int_key("engines.decode_ep", 32, "GPUs",
+                        "GPUs one decode replica's weights are spread over "
+                        "(at most the decode GPUs).",
+                        range::at_least(1)));
+  out.push_back(real_key("engines.activation_reserve_gib", 8, "GiB",
+                         "HBM per GPU kept for activations: the KV budget is "
+                         "hbm_gib - weights per GPU - this.",
+                         range::at_least(0)));
+  out.push_back(int_key("engines.basic_batch_tokens", 16384, "tokens",
+                        "New tokens per GPU per prefill step in the modes "
+                        "without the scheduler's compute quota (basic, "
+                        "layerwise, dualpath-rr), packed FIFO; a longer "
+                        "request is chunked.",
+                        range::at_least(1)));
 }
 
 void add_scheduler(std::vector<key_spec>& out) {
@@ -54,8 +61,10 @@ void add_scheduler(std::vector<key_spec>& out) {
                          "more than this time to process.",
                          range::above(0)));
   out.push_back(int_key("scheduler.quota_ms", 300, "ms",
-                        "Compute quota of one prefill batch (intra-engine "
-                        "packing).",
+                        "Compute quota of one GPU's prefill batch in the "
+                        "scheduler's modes (dualpath, oracle): requests are "
+                        "packed FIFO while their predicted attention time "
+                        "fits, the one overflowing is chunked.",
                         range::at_least(1)));
   out.push_back(int_key("scheduler.fetch_period_ms", 10, "ms",
                         "How often engine groups fetch work.",

@@ -41,6 +41,16 @@ void add_model(std::vector<key_spec>& out) {
   out.push_back(int_key("model.attn_v_dim", 512, "",
                         "Value dimension per head as computed.",
                         range::at_least(1)));
+  out.push_back(real_key("model.total_params", 671e9, "parameters",
+                         "Parameters stored (every expert): the weights a "
+                         "replica spreads over engines.prefill_ep / "
+                         "decode_ep GPUs, which HBM holds besides the KV.",
+                         range::above(0)));
+  out.push_back(real_key("model.routed_expert_share", 0.6, "",
+                         "Share of the linear FLOPs of a token in routed "
+                         "experts, which an expert-parallel group spreads "
+                         "over its GPUs (0: a dense model).",
+                         range::between(0, 1)));
   out.push_back(real_key("model.weight_bytes_per_param", 1, "bytes",
                          "Bytes per weight as stored (FP8: 1, BF16: 2); "
                          "decode steps read the active weights from HBM.",

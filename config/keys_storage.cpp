@@ -24,11 +24,6 @@ void add_storage(std::vector<key_spec>& out) {
   out.push_back(int_key("storage.queue_depth", 32, "requests",
                         "Outstanding reads per storage reader.",
                         range::between(1, 4096)));
-  out.push_back(int_key("storage.buffer_mib", 32768, "MiB",
-                        "DRAM buffer pool per storage reader (nominal: an "
-                        "emulated run allocates buffer_mib / run.byte_scale, "
-                        "at least enough for one workload.max_len prompt).",
-                        range::at_least(1)));
   out.push_back(int_key("storage.io_threads", 4, "threads",
                         "I/O threads per storage reader.",
                         range::between(1, 256)));

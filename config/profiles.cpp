@@ -32,7 +32,9 @@ std::vector<profile> build_profiles() {
       "DeepSeek-V3.2 660B: 61 layers, MLA with FP8 KV (656 B per token per "
       "layer, ~40 KB per token), 37e9 activated parameters, 128 heads, "
       "absorbed MLA dims qk 576 / v 512, DeepSeek sparse attention (top-2048 "
-      "keys per query, indexer 64 heads x 128).",
+      "keys per query, indexer 64 heads x 128); 671e9 parameters in all, "
+      "0.6 of a token's linear FLOPs in its 8 routed experts (8 x 44M of "
+      "~583M active parameters per MoE layer).",
       {kv{"model.name", std::string{"DeepSeek-V3.2 660B"}},
        kv{"model.layers", int64_t{61}},
        kv{"model.kv_bytes_per_token_layer", int64_t{656}},
@@ -43,7 +45,8 @@ std::vector<profile> build_profiles() {
        kv{"model.indexer_dim", int64_t{128}},
        kv{"model.attn_heads", int64_t{128}},
        kv{"model.attn_qk_dim", int64_t{576}},
-       kv{"model.attn_v_dim", int64_t{512}},
+       kv{"model.attn_v_dim", int64_t{512}}, kv{"model.total_params", 671e9},
+       kv{"model.routed_expert_share", 0.6},
        kv{"model.weight_bytes_per_param", 1.0}}});
   out.push_back(profile{
       "model",
@@ -52,7 +55,8 @@ std::vector<profile> build_profiles() {
       "per "
       "layer, ~19.7 KB per token). Assumptions (the paper gives neither): "
       "4.1e9 activated parameters and 16 heads, as in DeepSeek's 27B MoE "
-      "(DeepSeek-VL2's language model, 30 layers).",
+      "(DeepSeek-VL2's language model, 30 layers), 27e9 parameters in all "
+      "and ds-660b's routed share 0.6 (assumed alike).",
       {kv{"model.name", std::string{"DeepSeek 27B"}},
        kv{"model.layers", int64_t{30}},
        kv{"model.kv_bytes_per_token_layer", int64_t{656}},
@@ -60,14 +64,15 @@ std::vector<profile> build_profiles() {
        kv{"model.attention", std::string{"mla"}},
        kv{"model.attn_heads", int64_t{16}},
        kv{"model.attn_qk_dim", int64_t{576}},
-       kv{"model.attn_v_dim", int64_t{512}},
+       kv{"model.attn_v_dim", int64_t{512}}, kv{"model.total_params", 27e9},
+       kv{"model.routed_expert_share", 0.6},
        kv{"model.weight_bytes_per_param", 1.0}}});
   out.push_back(profile{
       "model",
       "qwen-32b",
       "Qwen2.5-32B: 64 layers, GQA with FP16 KV (8 KV heads x 128 dims x K,V x "
       "2 B = 4096 B per token per layer, 256 KiB per token), 32.5e9 "
-      "parameters, 40 query heads of 128 dims.",
+      "parameters, 40 query heads of 128 dims; dense (no routed experts).",
       {kv{"model.name", std::string{"Qwen2.5-32B"}},
        kv{"model.layers", int64_t{64}},
        kv{"model.kv_bytes_per_token_layer", int64_t{4096}},
@@ -75,7 +80,8 @@ std::vector<profile> build_profiles() {
        kv{"model.attention", std::string{"gqa"}},
        kv{"model.attn_heads", int64_t{40}},
        kv{"model.attn_qk_dim", int64_t{128}},
-       kv{"model.attn_v_dim", int64_t{128}},
+       kv{"model.attn_v_dim", int64_t{128}}, kv{"model.total_params", 32.5e9},
+       kv{"model.routed_expert_share", 0.0},
        kv{"model.weight_bytes_per_param", 2.0}}});
   // -- workloads (Table 2 means)
   // -----------------------------------------------

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 // All arithmetic in double: token counts up to ~1e6 and FLOP counts up to
 // ~1e18 are exact enough (53-bit mantissa) for times in nanoseconds.
@@ -200,6 +201,134 @@ decode_step decode_step_time(const model_shape& m, const gpu_rate& g,
   r.layer_s = std::max(r.compute_s, r.memory_s);
   r.tpot_s = m.layers * r.layer_s + g.step_overhead_s;
   return r;
+}
+
+double efficiency_curve::at(double tokens) const {
+  if (points.empty())
+    return 1.0;
+  if (tokens <= points.front().first)
+    return points.front().second * std::max(tokens, 0.0) / points.front().first;
+  for (size_t i = 1; i < points.size(); ++i)
+    if (tokens <= points[i].first) {
+      auto [x0, y0] = points[i - 1];
+      auto [x1, y1] = points[i];
+      return y0 + (y1 - y0) * (tokens - x0) / (x1 - x0);
+    }
+  return points.back().second;
+}
+
+std::string validate(const efficiency_curve& c) {
+  double last = 0;
+  for (auto& [tokens, rel] : c.points) {
+    if (!(tokens > last))
+      return "efficiency curve: token counts must be > 0 and increasing";
+    if (!(rel > 0 && rel <= 1))
+      return "efficiency curve: relative efficiencies must be in (0, 1]";
+    last = tokens;
+  }
+  return {};
+}
+
+std::string validate(const group_params& p) {
+  if (auto why = validate(p.curve); !why.empty())
+    return why;
+  if (!(p.routed_share >= 0 && p.routed_share <= 1))
+    return "routed expert share must be in [0, 1]";
+  if (!(p.layer_overhead_s >= 0))
+    return "layer overhead must be >= 0";
+  if (!(p.weight_bytes_per_gpu >= 0))
+    return "weight bytes per GPU must be >= 0";
+  return {};
+}
+
+namespace {
+
+// Linear FLOPs one GPU computes for its `own` new tokens of the group's
+// `group_tokens` on `gpus` GPUs (routed experts spread evenly), split into
+// the GPU's own part and its share of the routed experts.
+std::pair<double, double> linear_split(const model_shape& m,
+                                       const group_params& p, uint64_t own,
+                                       uint64_t group_tokens, size_t gpus) {
+  double per_token = linear_flops_per_layer(m, 1);
+  double mine = (1 - p.routed_share) * per_token * static_cast<double>(own);
+  double routed = p.routed_share * per_token * static_cast<double>(group_tokens)
+                  / static_cast<double>(std::max<size_t>(gpus, 1));
+  return {mine, routed};
+}
+
+} // namespace
+
+group_layer prefill_step_layer_time(
+    const model_shape& m, const gpu_rate& g, const group_params& p,
+    const std::vector<std::vector<sequence_shape>>& per_gpu) {
+  group_layer out;
+  uint64_t group_tokens = 0;
+  for (auto& batch : per_gpu)
+    for (auto& s : batch)
+      group_tokens += s.new_tokens;
+  out.gpu_s.assign(per_gpu.size(), 0.0);
+  if (group_tokens == 0)
+    return out;
+  const double peak = flop_rate(g);
+  const double routed_tokens =
+      static_cast<double>(group_tokens) / static_cast<double>(per_gpu.size());
+  for (size_t i = 0; i < per_gpu.size(); ++i) {
+    uint64_t own = 0;
+    for (auto& s : per_gpu[i])
+      own += s.new_tokens;
+    auto [mine, routed] = linear_split(m, p, own, group_tokens, per_gpu.size());
+    double t = routed / (peak * p.curve.at(routed_tokens));
+    if (own > 0)
+      t += (mine + attention_flops_per_layer(m, per_gpu[i]))
+           / (peak * p.curve.at(static_cast<double>(own)));
+    out.gpu_s[i] = t;
+    out.slowest_s = std::max(out.slowest_s, t);
+  }
+  out.layer_s = out.slowest_s + p.layer_overhead_s;
+  return out;
+}
+
+group_decode_step
+decode_group_step_time(const model_shape& m, const gpu_rate& g,
+                       const group_params& p,
+                       const std::vector<std::vector<uint64_t>>& contexts) {
+  group_decode_step out;
+  uint64_t group_tokens = 0;
+  for (auto& c : contexts)
+    group_tokens += c.size();
+  out.gpus.resize(contexts.size());
+  if (group_tokens == 0)
+    return out;
+  double slowest = 0;
+  for (size_t i = 0; i < contexts.size(); ++i) {
+    auto& r = out.gpus[i];
+    double pairs = 0;
+    double main = 0;
+    for (auto c : contexts[i]) {
+      const double keys = static_cast<double>(c) + 1; // attends to itself
+      pairs += keys;
+      main += m.sparse_topk > 0 ? std::min<double>(keys, m.sparse_topk) : keys;
+    }
+    auto [mine, routed] =
+        linear_split(m, p, contexts[i].size(), group_tokens, contexts.size());
+    r.compute_s =
+        (mine + routed + layer_attention_flops(m, pairs, main)) / flop_rate(g);
+    double kv = main * static_cast<double>(m.kv_bytes_per_token_layer);
+    if (m.sparse_topk > 0)
+      kv += pairs * static_cast<double>(m.indexer_dim);
+    r.memory_s = (p.weight_bytes_per_gpu / m.layers + kv) / byte_rate(g);
+    r.layer_s = std::max(r.compute_s, r.memory_s);
+    r.tpot_s = m.layers * r.layer_s + g.step_overhead_s;
+    slowest = std::max(slowest, r.layer_s);
+  }
+  out.layer_s = slowest + p.layer_overhead_s;
+  out.tpot_s = m.layers * out.layer_s + g.step_overhead_s;
+  return out;
+}
+
+double attention_seconds(const model_shape& m, const gpu_rate& g,
+                         const sequence_shape& s) {
+  return m.layers * attention_flops_per_layer(m, {s}) / flop_rate(g);
 }
 
 std::chrono::nanoseconds to_duration(double seconds) {

@@ -33,6 +33,23 @@
 //               slower of the two; they overlap on a GPU)
 //   TPOT      = layers * time + step_overhead
 //
+// A prefill step of an expert-parallel group (prefill_step_layer_time): the
+// group's GPUs run each layer together (attention data-parallel: every GPU
+// its own requests; then the experts' all-to-all, which waits for all). Per
+// layer, GPU g with n_g new tokens of the group's N on G GPUs computes
+//   attention of its requests + (1 - routed_share) x linear(n_g)
+//   + routed_share x linear(N / G)        (routed experts spread evenly)
+// at tflops x compute_efficiency x curve(n_g) (curve: how a GPU's efficiency
+// grows with the new tokens of its batch, brief 3 / Fig. 3 right; the routed
+// part at curve(N / G)), and the layer lasts as long as the slowest GPU plus
+// a per-layer overhead (the all-to-all synchronization):
+//   layer = max_g t_g + layer_overhead_s.
+// A decode step of such a group (decode_group_step_time): per GPU a roofline
+// of its batch's FLOPs (the same routed-share split) against its HBM bytes
+// (the weights one GPU holds, per layer, plus the KV its attention reads:
+// dense: every present key; sparse: the top-k keys plus every key's indexer
+// entry), the step's layer = max_g max(compute_g, memory_g) + overhead.
+//
 // Assumptions (deliberately simple, stated so results can be judged):
 // - "active params" counts the parameters one token uses (MoE: shared +
 //   routed experts actually selected), excluding embeddings' lookup cost; the
@@ -49,6 +66,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dualpath::gpu {
@@ -175,6 +193,73 @@ struct decode_step {
 /// `contexts` (one new token each).
 decode_step decode_step_time(const model_shape& m, const gpu_rate& g,
                              const std::vector<uint64_t>& contexts);
+
+/// How a GPU's prefill efficiency grows with the new tokens of its batch:
+/// points (new tokens, relative efficiency in (0, 1]) with increasing token
+/// counts. Between points linear, from the last point on flat; below the
+/// first point a batch takes as long as the first point's batch (a smaller
+/// batch does not finish sooner), i.e. relative = first.second x tokens /
+/// first.first. An empty curve is flat at 1.
+struct efficiency_curve {
+  std::vector<std::pair<double, double>> points;
+
+  /// The relative efficiency at `tokens` new tokens (tokens > 0).
+  double at(double tokens) const;
+};
+
+/// Empty when `c` is usable (token counts > 0 and increasing, relative
+/// efficiencies in (0, 1]), else what is wrong.
+std::string validate(const efficiency_curve& c);
+
+/// The parts of a group step beyond one GPU's rate.
+struct group_params {
+  /// Relative prefill efficiency by a GPU's new tokens.
+  efficiency_curve curve;
+  /// Share of the linear FLOPs in routed experts, spread over the group's
+  /// GPUs (0: a dense model, every GPU computes its own tokens' FLOPs).
+  double routed_share = 0;
+  /// Added to every layer of a step (the expert all-to-all's
+  /// synchronization), seconds.
+  double layer_overhead_s = 0;
+  /// Weight bytes one GPU holds (decode reads them once per step).
+  double weight_bytes_per_gpu = 0;
+};
+
+/// Empty when `p` is usable, else what is wrong.
+std::string validate(const group_params& p);
+
+/// One layer of a prefill step of an expert-parallel group (see the file
+/// comment): every GPU's compute time and the layer's time.
+struct group_layer {
+  std::vector<double> gpu_s; ///< t_g per GPU, seconds.
+  double slowest_s = 0;      ///< max_g t_g.
+  double layer_s = 0;        ///< slowest_s + layer_overhead_s.
+};
+
+/// `per_gpu[g]` is GPU g's batch; a GPU with an empty batch still computes
+/// its share of the routed experts. An empty group (no GPU or no token)
+/// takes 0.
+group_layer prefill_step_layer_time(
+    const model_shape& m, const gpu_rate& g, const group_params& p,
+    const std::vector<std::vector<sequence_shape>>& per_gpu);
+
+/// One decode step of an expert-parallel group: `contexts[g]` lists the
+/// present context of every sequence on GPU g (one new token each).
+struct group_decode_step {
+  std::vector<decode_step> gpus; ///< Each GPU's roofline terms.
+  double layer_s = 0;            ///< max over GPUs + layer_overhead_s.
+  double tpot_s = 0;             ///< layers x layer_s + g.step_overhead_s.
+};
+
+group_decode_step
+decode_group_step_time(const model_shape& m, const gpu_rate& g,
+                       const group_params& p,
+                       const std::vector<std::vector<uint64_t>>& contexts);
+
+/// Attention seconds of one request (cached, new) over all layers at the
+/// GPU's full rate: what the intra-engine compute quota packs against.
+double attention_seconds(const model_shape& m, const gpu_rate& g,
+                         const sequence_shape& s);
 
 /// Seconds as the actor clock's duration (rounded to the nearest ns).
 std::chrono::nanoseconds to_duration(double seconds);

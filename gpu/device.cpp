@@ -148,6 +148,8 @@ struct device::accounting {
   uint64_t reserve = 0;
   uint64_t grain = 0;
   range_pool pool{256}; // cudaMalloc's alignment guarantee
+  /// Handles of share_pinned(): released without unregistering.
+  std::vector<const void*> shared_pins;
 };
 
 device::device(uint64_t budget, const device_options& opts, bool pooled)
@@ -288,9 +290,19 @@ void device::release_handle(handle_kind kind, void* ptr, size_t size) noexcept {
       acc.allocated -= size;
       return;
     }
-    case handle_kind::pinned:
+    case handle_kind::pinned: {
+      {
+        std::lock_guard<std::mutex> guard{accounting_->mtx};
+        auto& shared = accounting_->shared_pins;
+        auto i = std::find(shared.begin(), shared.end(), ptr);
+        if (i != shared.end()) {
+          shared.erase(i); // another device's registration: not ours
+          return;
+        }
+      }
       do_unpin(static_cast<std::byte*>(ptr));
       return;
+    }
     case handle_kind::stream:
       do_destroy_stream(ptr);
       return;
@@ -349,6 +361,19 @@ caf::expected<pinned_host> device::pin(void* data, size_t bytes) {
   if (auto err = do_pin(ptr, bytes))
     return err;
   return pinned_host{shared_from_this(), ptr, bytes};
+}
+
+caf::expected<pinned_host> device::share_pinned(const pinned_host& registered) {
+  if (!registered.valid() || registered.owner() == nullptr
+      || registered.owner()->capabilities().name != capabilities().name)
+    return caf::make_error(gpu_errc::invalid_handle,
+                           "share_pinned: an empty registration or one of "
+                           "another backend");
+  {
+    std::lock_guard<std::mutex> guard{accounting_->mtx};
+    accounting_->shared_pins.push_back(registered.data());
+  }
+  return pinned_host{shared_from_this(), registered.data(), registered.size()};
 }
 
 caf::expected<stream> device::make_stream() {

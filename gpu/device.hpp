@@ -408,6 +408,14 @@ public:
   /// Registers `bytes` (> 0) of host memory at `data` for DMA.
   caf::expected<pinned_host> pin(void* data, size_t bytes);
 
+  /// This device's handle on memory another device of the same backend
+  /// registered (`registered`): one registration serves every device of the
+  /// process (CUDA registers portable pinned memory, and refuses to register
+  /// a page twice). Releasing the handle unregisters nothing; `registered`
+  /// must outlive it. Fails with invalid_handle for an empty registration or
+  /// one of another backend.
+  caf::expected<pinned_host> share_pinned(const pinned_host& registered);
+
   caf::expected<stream> make_stream();
 
   caf::expected<event> make_event();

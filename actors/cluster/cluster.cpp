@@ -4,8 +4,8 @@
 
 #include <caf/all.hpp>
 
-#include "actors/engines/decode_engine.hpp"
-#include "actors/engines/prefill_engine.hpp"
+#include "actors/engines/decode/decode_engine.hpp"
+#include "actors/engines/prefill/prefill_engine.hpp"
 #include "actors/placement/global_scheduler.hpp"
 #include "actors/sim/driver.hpp"
 #include "actors/storage/prefetching_reader.hpp"
@@ -25,6 +25,45 @@ caf::error bad_config(const std::string& what) {
   return caf::make_error(caf::sec::invalid_argument, what);
 }
 
+// "tokens:relative,..." (hardware.prefill_efficiency_curve).
+caf::expected<gpu::efficiency_curve> parse_curve(const std::string& text) {
+  gpu::efficiency_curve c;
+  auto bad = [&](const std::string& why) {
+    return bad_config("hardware.prefill_efficiency_curve = \"" + text
+                      + "\": " + why
+                      + " (expected comma-separated tokens:relative pairs, "
+                        "e.g. \"300:0.345,1500:0.862,3000:1\")");
+  };
+  size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find(',', start);
+    auto item = text.substr(start, end == std::string::npos ? std::string::npos
+                                                            : end - start);
+    auto colon = item.find(':');
+    if (colon == std::string::npos)
+      return bad("'" + item + "' has no ':'");
+    try {
+      size_t used = 0;
+      auto tokens = std::stod(item.substr(0, colon), &used);
+      if (used != colon)
+        return bad("'" + item + "' is not a number pair");
+      auto rest = item.substr(colon + 1);
+      auto rel = std::stod(rest, &used);
+      if (used != rest.size())
+        return bad("'" + item + "' is not a number pair");
+      c.points.emplace_back(tokens, rel);
+    } catch (const std::exception&) {
+      return bad("'" + item + "' is not a number pair");
+    }
+    if (end == std::string::npos)
+      break;
+    start = end + 1;
+  }
+  if (auto why = gpu::validate(c); !why.empty())
+    return bad(why);
+  return c;
+}
+
 // The device of engine `id` and its CUDA ordinal (-1: host). A modeled data
 // plane copies nothing: HBM is only counted. Otherwise the engine's whole
 // budget is reserved as one pool slab at once (one region to register for
@@ -34,8 +73,8 @@ engine_device(const cluster_spec& spec, const engine_id& id,
               const std::vector<uint32_t>& node_gpus) {
   gpu::device_options dopts;
   dopts.backend = gpu::backend_choice::host;
-  dopts.hbm_budget =
-      std::max<uint64_t>(real_bytes(spec.hbm_bytes, spec.byte_scale), 1);
+  dopts.hbm_budget = std::max<uint64_t>(
+      real_bytes(hbm_kv_bytes(spec, id.role), spec.byte_scale), 1);
   dopts.backed = spec.plane == data_plane::real;
   int ordinal = -1;
   if (spec.plane == data_plane::real) {
@@ -116,6 +155,42 @@ uint64_t real_bytes_per_token_layer(const cluster_spec& spec) {
   return real_bytes(spec.model.kv_bytes_per_token_layer, spec.byte_scale);
 }
 
+double weight_bytes_per_gpu(const cluster_spec& spec, engine_role role) {
+  auto nodes =
+      role == engine_role::prefill ? spec.prefill_nodes : spec.decode_nodes;
+  auto ep = role == engine_role::prefill ? spec.prefill_ep : spec.decode_ep;
+  auto gpus = std::max<uint64_t>(
+      1, std::min<uint64_t>(ep, uint64_t{nodes} * spec.gpus_per_node));
+  return spec.total_params * spec.model.weight_bytes_per_param
+         / static_cast<double>(gpus);
+}
+
+uint64_t hbm_kv_bytes(const cluster_spec& spec, engine_role role) {
+  double left = static_cast<double>(spec.hbm_bytes)
+                - weight_bytes_per_gpu(spec, role)
+                - static_cast<double>(spec.activation_reserve_bytes);
+  return left > 0 ? static_cast<uint64_t>(left) : 0;
+}
+
+buffer_slots buffer_slots_of(const cluster_spec& spec, engine_role role) {
+  buffer_slots out;
+  auto block = uint64_t{spec.block_tokens} * kv_bytes_per_token(spec.model);
+  out.slots = static_cast<uint32_t>(
+      std::min<uint64_t>(spec.dram_buffer_bytes / std::max<uint64_t>(block, 1),
+                         uint64_t{1} << 31));
+  if (role == engine_role::prefill) {
+    out.read_cap = out.slots;
+    return out;
+  }
+  // The headroom: the longest prompt's blocks (a partial one included) and
+  // the decode engine's persist slot.
+  auto headroom =
+      (spec.max_prompt_tokens + spec.block_tokens - 1) / spec.block_tokens + 2;
+  out.read_cap =
+      out.slots > headroom ? static_cast<uint32_t>(out.slots - headroom) : 0;
+  return out;
+}
+
 caf::expected<cluster_spec> spec_from(const config::settings& cfg,
                                       load_mode mode) {
   cluster_spec s;
@@ -163,24 +238,24 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
   s.time_scale = cfg.real("run.time_scale");
   s.mode = mode;
   s.layer_window = static_cast<uint32_t>(cfg.integer("engines.layer_window"));
-  s.prefill_lookahead =
-      static_cast<uint32_t>(cfg.integer("engines.prefill_lookahead"));
+  auto curve = parse_curve(cfg.string("hardware.prefill_efficiency_curve"));
+  if (!curve)
+    return curve.error();
+  s.group_model.curve = std::move(*curve);
+  s.group_model.routed_share = cfg.real("model.routed_expert_share");
+  s.group_model.layer_overhead_s = cfg.real("hardware.layer_overhead_us") / 1e6;
+  s.total_params = cfg.real("model.total_params");
+  s.prefill_ep = static_cast<uint32_t>(cfg.integer("engines.prefill_ep"));
+  s.decode_ep = static_cast<uint32_t>(cfg.integer("engines.decode_ep"));
+  s.activation_reserve_bytes = static_cast<uint64_t>(
+      cfg.real("engines.activation_reserve_gib") * double(1ull << 30));
+  s.quota_s = static_cast<double>(cfg.integer("scheduler.quota_ms")) / 1e3;
+  s.basic_batch_tokens =
+      static_cast<uint32_t>(cfg.integer("engines.basic_batch_tokens"));
+  s.max_prompt_tokens = static_cast<uint64_t>(cfg.integer("workload.max_len"));
+  s.h2d_via_transport = cfg.boolean("gpu.h2d_via_transport");
   s.layers_per_step = static_cast<uint32_t>(cfg.integer("sim.layers_per_step"));
   s.fetch_period_ns = cfg.integer("scheduler.fetch_period_ms") * 1'000'000;
-  // The reader pool is nominal DRAM; real bytes shrink with the byte scale,
-  // but the pool must hold the longest prompt's blocks at once.
-  s.reader_buffer_bytes =
-      (static_cast<uint64_t>(cfg.integer("storage.buffer_mib")) << 20)
-      / s.byte_scale;
-  // Each prefill engine of a node holds the leases of at most lookahead + 1
-  // requests (see actors/engines/prefill_engine.hpp), so a pool with room for
-  // that many longest prompts per GPU can never be exhausted by completed reads
-  // waiting to stream: the condition for a cyclic wait never arises.
-  s.reader_min_blocks = static_cast<uint32_t>(
-      s.gpus_per_node * (uint64_t{s.prefill_lookahead} + 1)
-          * (cfg.integer("workload.max_len")
-             / std::max<int64_t>(1, cfg.integer("storage.block_tokens")))
-      + 64);
   s.reader_io_threads =
       static_cast<uint32_t>(cfg.integer("storage.io_threads"));
   s.reader_queue_depth =
@@ -192,6 +267,35 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
     return bad_config("model: " + why);
   if (auto why = gpu::validate(s.gpu); !why.empty())
     return bad_config("hardware: " + why);
+  if (auto why = gpu::validate(s.group_model); !why.empty())
+    return bad_config("hardware.prefill_efficiency_curve / "
+                      "model.routed_expert_share: "
+                      + why);
+  for (auto role : {engine_role::prefill, engine_role::decode})
+    if (hbm_kv_bytes(s, role) == 0)
+      return bad_config(
+          "no HBM is left for KV on a " + to_string(role)
+          + " GPU: " + std::to_string(weight_bytes_per_gpu(s, role) / 1e9)
+          + " GB of weights (model.total_params x model.weight_bytes_per_param"
+            " / min(engines."
+          + (role == engine_role::prefill ? std::string{"prefill_ep"}
+                                          : std::string{"decode_ep"})
+          + ", the role's GPUs)) + engines.activation_reserve_gib exceed "
+            "hardware.hbm_gib");
+  {
+    // A decode node's buffer holds reads and, beside them, the longest
+    // prompt's reservation; each side must fit a longest prompt.
+    auto bs = buffer_slots_of(s, engine_role::decode);
+    auto longest = static_cast<uint32_t>(
+        (s.max_prompt_tokens + s.block_tokens - 1) / s.block_tokens);
+    if (bs.read_cap < longest)
+      return bad_config("hardware.dram_buffer_gib: a decode node's buffer of "
+                        + std::to_string(bs.slots)
+                        + " Full Blocks cannot hold two prompts of "
+                        + "workload.max_len = "
+                        + std::to_string(s.max_prompt_tokens) + " tokens ("
+                        + std::to_string(longest) + " blocks each)");
+  }
   // Policy: Basic and layerwise-only place round robin and read on the PE
   // side; DualPath runs the paper's scheduler (split reads unless disabled);
   // Oracle places like DualPath but moves no bytes.
@@ -303,20 +407,28 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
   node->bulk = std::move(bulk);
   node->store = store;
   node->loads = std::make_shared<load_board>();
-  // The reader's buffer pool, registered once with the bulk transport.
+  // The node's DRAM buffer (dram_buffer_bytes nominal, one slot per Full
+  // Block): the reader's pool, registered once with the bulk transport.
+  auto slots = buffer_slots_of(spec, role);
+  if (slots.slots == 0)
+    return bad_config("hardware.dram_buffer_gib: node " + name
+                      + "'s buffer holds no Full Block");
   auto pool = transport::storage::buffer_pool::make(
-      std::max(spec.reader_buffer_bytes,
-               uint64_t{spec.reader_min_blocks} * file_bytes),
-      file_bytes);
+      uint64_t{slots.slots} * file_bytes, file_bytes);
   if (!pool)
     return pool.error();
   auto reg = node->bulk->register_region((*pool)->base(), (*pool)->size());
   if (!reg)
     return reg.error();
+  auto registration =
+      std::make_shared<transport::bulk::local_registration>(std::move(*reg));
+  node->pool = *pool;
+  node->pool_registration = registration.get();
   storage_reader_config rc;
   rc.node = node->name;
-  rc.region_id = reg->id();
-  rc.region_key = reg->describe().key;
+  rc.region_id = registration->id();
+  rc.region_key = registration->describe().key;
+  rc.read_cap = slots.read_cap;
   rc.store = store;
   rc.pool = *pool;
   // A modeled data plane reads inline (no I/O threads: one thread runs a
@@ -348,7 +460,6 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
   rc.on_queue = [board = node->loads](const read_queue_status& q) {
     board->publish_read_queue(q);
   };
-  auto slots = (*pool)->slots();
   auto reader = spawn_storage_reader(sys, std::move(rc));
   if (!reader)
     return reader.error();
@@ -360,12 +471,11 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
     pc.node = node->name;
     pc.max_blocks = std::max<uint32_t>(
         1, std::min<uint32_t>(spec.prefetch_blocks,
-                              static_cast<uint32_t>(slots / 4)));
+                              static_cast<uint32_t>(slots.read_cap / 4)));
     pc.observer = spec.observer;
     node->reader = spawn_prefetching_reader(sys, *reader, std::move(pc));
   }
-  out.keep_alive.push_back(
-      std::make_shared<transport::bulk::local_registration>(std::move(*reg)));
+  out.keep_alive.push_back(std::move(registration));
   out.keep_alive.push_back(*pool);
   out.node = std::move(node);
   return out;
@@ -405,62 +515,72 @@ scheduler_config_for(const cluster_spec& spec,
   return sched;
 }
 
-caf::expected<std::vector<caf::actor>>
-spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
-                   const node_ptr& node, uint32_t group,
-                   const emulated_time& time, const scheduler_actor& scheduler,
-                   const std::vector<uint32_t>& node_gpus) {
-  caf::scoped_actor self{sys};
-  std::vector<caf::actor> members;
-  std::vector<engine_config> configs;
+engine_config engine_config_for(const cluster_spec& spec, const node_ptr& node,
+                                uint32_t group, const emulated_time& time,
+                                const scheduler_actor& scheduler) {
+  engine_config ec;
+  ec.role = node->role;
+  ec.group = group;
+  ec.gpus = spec.gpus_per_node;
+  ec.mode = spec.mode;
+  // The compute quota is the scheduler's (its intra-engine part): the modes
+  // it runs in pack by quota, the others FIFO under a token budget.
+  ec.packing = spec.policy.kind == scheduler::policy_kind::dualpath
+                   ? batching::quota
+                   : batching::token_budget;
+  ec.layer_window = spec.layer_window;
+  ec.model.layers = spec.model.layers;
+  ec.model.block_tokens = spec.block_tokens;
+  ec.model.nominal_bytes_per_token_layer = spec.model.kv_bytes_per_token_layer;
+  ec.model.real_bytes_per_token_layer = real_bytes_per_token_layer(spec);
+  ec.model.active_params = spec.model.active_params;
+  ec.model.attn_heads = spec.model.attention_heads;
+  ec.model.attn_qk_dim = spec.model.qk_head_dim;
+  ec.model.attn_v_dim = spec.model.v_head_dim;
+  ec.model.attn_topk = spec.model.sparse_topk;
+  ec.model.indexer_heads = spec.model.indexer_heads;
+  ec.model.indexer_dim = spec.model.indexer_dim;
+  if (spec.plane == data_plane::modeled)
+    ec.model = coarsen(ec.model, spec.layers_per_step, spec.byte_scale);
+  ec.time = time;
+  ec.byte_scale = spec.byte_scale;
+  ec.node = node;
+  ec.gpu = spec.gpu;
+  ec.group_model = spec.group_model;
+  ec.group_model.weight_bytes_per_gpu = weight_bytes_per_gpu(spec, node->role);
+  ec.hbm_kv_bytes = hbm_kv_bytes(spec, node->role);
+  ec.quota_s = spec.quota_s;
+  ec.batch_tokens = spec.basic_batch_tokens;
+  ec.fetch_period_ns = spec.fetch_period_ns;
+  ec.verify_kv = spec.plane == data_plane::real;
+  ec.real_bytes = spec.plane == data_plane::real;
+  ec.h2d_via_transport = spec.h2d_via_transport;
+  ec.scheduler = caf::actor_cast<caf::actor>(scheduler);
+  ec.hooks = spec.hooks;
+  ec.observer = spec.observer;
+  ec.notice = spec.notice;
+  return ec;
+}
+
+caf::expected<caf::actor>
+spawn_node_engine(caf::actor_system& sys, const cluster_spec& spec,
+                  const node_ptr& node, uint32_t group,
+                  const emulated_time& time, const scheduler_actor& scheduler,
+                  const std::vector<uint32_t>& node_gpus) {
+  auto ec = engine_config_for(spec, node, group, time, scheduler);
   std::string placed; // "0 -> 0, 1 -> 1" (rank -> CUDA device)
   std::string device_name;
   for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
-    engine_config ec;
-    ec.id = engine_id{node->name, node->role, g};
-    ec.group = group;
-    ec.mode = spec.mode;
-    ec.layer_window = spec.layer_window;
-    ec.prefill_lookahead = spec.prefill_lookahead;
-    ec.model.layers = spec.model.layers;
-    ec.model.block_tokens = spec.block_tokens;
-    ec.model.nominal_bytes_per_token_layer =
-        spec.model.kv_bytes_per_token_layer;
-    ec.model.real_bytes_per_token_layer = real_bytes_per_token_layer(spec);
-    ec.model.active_params = spec.model.active_params;
-    ec.model.attn_heads = spec.model.attention_heads;
-    ec.model.attn_qk_dim = spec.model.qk_head_dim;
-    ec.model.attn_v_dim = spec.model.v_head_dim;
-    ec.model.attn_topk = spec.model.sparse_topk;
-    ec.model.indexer_heads = spec.model.indexer_heads;
-    ec.model.indexer_dim = spec.model.indexer_dim;
-    if (spec.plane == data_plane::modeled)
-      ec.model = coarsen(ec.model, spec.layers_per_step, spec.byte_scale);
-    ec.time = time;
-    ec.byte_scale = spec.byte_scale;
-    ec.node = node;
-    auto dev = engine_device(spec, ec.id, node_gpus);
+    auto dev = engine_device(spec, ec.id_of(g), node_gpus);
     if (!dev)
       return dev.error();
     if (spec.gpus.kind == gpu::backend_kind::cuda
         && spec.plane == data_plane::real) {
       placed += (placed.empty() ? "" : ", ") + std::to_string(g) + " -> "
                 + std::to_string(dev->second);
-      device_name = (*dev).first->capabilities().name;
+      device_name = dev->first->capabilities().name;
     }
-    ec.device = std::move(dev->first);
-    ec.notice = spec.notice;
-    ec.gpu_flops = spec.gpu.tflops * 1e12 * spec.gpu.compute_efficiency;
-    ec.hbm_bytes = spec.hbm_bytes;
-    ec.hbm_bandwidth = spec.gpu.hbm_tbps * 1e12 * spec.gpu.hbm_efficiency;
-    ec.dram_buffer_bytes = spec.dram_buffer_bytes / spec.gpus_per_node;
-    ec.fetch_period_ns = spec.fetch_period_ns;
-    ec.verify_kv = spec.plane == data_plane::real;
-    ec.real_bytes = spec.plane == data_plane::real;
-    ec.scheduler = caf::actor_cast<caf::actor>(scheduler);
-    ec.hooks = spec.hooks;
-    ec.observer = spec.observer;
-    configs.push_back(std::move(ec));
+    ec.devices.push_back(std::move(dev->first));
   }
   if (!placed.empty() && spec.notice)
     spec.notice(
@@ -470,38 +590,28 @@ spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
                                    + std::to_string(spec.gpus.devices)
                              : std::string{", the node's gpus list"})
         + ")");
-  // Members first, the leader (rank 0) last, so it knows its group.
-  std::vector<caf::actor> spawned;
-  for (uint32_t g = spec.gpus_per_node; g-- > 0;) {
-    auto& ec = configs[g];
-    if (g == 0) {
-      ec.group_members = members;
-      ec.group_leader = true;
-    }
-    caf::actor hdl;
-    if (node->role == engine_role::prefill) {
-      hdl = caf::actor_cast<caf::actor>(spawn_prefill_engine(sys, ec));
-    } else {
-      hdl = caf::actor_cast<caf::actor>(spawn_decode_engine(sys, ec));
-    }
-    members.insert(members.begin(), hdl);
-    spawned.push_back(hdl);
+  caf::actor hdl;
+  if (node->role == engine_role::prefill)
+    hdl = caf::actor_cast<caf::actor>(spawn_prefill_engine(sys, ec));
+  else
+    hdl = caf::actor_cast<caf::actor>(spawn_decode_engine(sys, ec));
+  caf::scoped_actor self{sys};
+  for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
     bool enrolled = false;
+    auto id = ec.id_of(g);
     auto pending =
         self->request(scheduler, std::chrono::seconds(10), enroll_atom_v,
-                      engine_registration{ec.id, ec.group, hdl});
+                      engine_registration{id, ec.group, hdl});
     sim::settle(sys); // simulated time: the scheduler answers now
     pending.receive([&](bool ok) { enrolled = ok; },
                     [&](caf::error&) { enrolled = false; });
     if (!enrolled) {
-      for (auto& h : spawned)
-        self->send_exit(h, caf::exit_reason::user_shutdown);
-      return bad_config("engine " + ec.id.node + "/"
-                        + std::to_string(ec.id.rank)
+      self->send_exit(hdl, caf::exit_reason::user_shutdown);
+      return bad_config("engine " + id.node + "/" + std::to_string(id.rank)
                         + " could not enroll with the scheduler");
     }
   }
-  return members;
+  return hdl;
 }
 
 caf::expected<std::unique_ptr<embedded_cluster>>
@@ -555,13 +665,11 @@ embedded_cluster::make(caf::actor_system& sys, const cluster_spec& spec,
     auto& node = c->nodes_[n];
     auto group =
         node->role == engine_role::prefill ? n : n - spec.prefill_nodes;
-    auto engines =
-        spawn_node_engines(sys, spec, node, group, c->time_, c->scheduler_);
-    if (!engines)
-      return engines.error();
-    // Stopped in reverse: the leader (spawned last) first.
-    for (auto i = engines->rbegin(); i != engines->rend(); ++i)
-      c->actors_.push_back(*i);
+    auto engine =
+        spawn_node_engine(sys, spec, node, group, c->time_, c->scheduler_);
+    if (!engine)
+      return engine.error();
+    c->actors_.push_back(*engine);
   }
   return c;
 }

@@ -1,9 +1,9 @@
 // An emulated cluster inside one process: P prefill nodes and D decode nodes,
 // each with its own storage NIC, DRAM and compute NICs (paced links), storage
 // reader and DRAM buffer pool, bulk transport endpoint (local backend on a
-// shared in-process fabric) and one engine per GPU (a CUDA device where the
-// GPU plan has one, else host memory standing in for HBM), plus the global
-// scheduler. All nodes share one real block store.
+// shared in-process fabric) and one engine per node driving its GPUs (each a
+// CUDA device where the GPU plan has one, else host memory standing in for
+// HBM), plus the global scheduler. All nodes share one real block store.
 //
 // The same actors run across processes (`dualpath node`); this builder is
 // the single-process assembly used by `dualpath run` and the tests.
@@ -84,16 +84,27 @@ struct cluster_spec {
   gpu::gpu_rate gpu;
   uint64_t hbm_bytes = 80ull << 30;         ///< Per GPU, nominal.
   uint64_t dram_buffer_bytes = 80ull << 30; ///< Per node, nominal.
+  /// The group step model (efficiency curve, routed share, layer
+  /// overhead); weight_bytes_per_gpu is set per role by the engines.
+  gpu::group_params group_model;
+  /// Parameters stored and the GPUs a replica spreads them over.
+  double total_params = 0;
+  uint32_t prefill_ep = 16;
+  uint32_t decode_ep = 32;
+  uint64_t activation_reserve_bytes = 8ull << 30; ///< Per GPU, nominal.
+  double quota_s = 0.3;
+  uint32_t basic_batch_tokens = 16384;
+  /// The longest prompt the workload allows (workload.max_len): the
+  /// headroom a decode node's buffer keeps for reservations.
+  uint64_t max_prompt_tokens = 65536;
+  bool h2d_via_transport = false;
   uint32_t block_tokens = 64;
   uint32_t byte_scale = 1; ///< Nominal bytes per real byte.
   double time_scale = 1.0; ///< Emulated seconds per wall second.
   load_mode mode = load_mode::dualpath;
   scheduler::policy_config policy;
   uint32_t layer_window = 2;
-  uint32_t prefill_lookahead = 6;
   int64_t fetch_period_ns = 10'000'000;
-  uint64_t reader_buffer_bytes = 1ull << 30; ///< Real bytes per reader.
-  uint32_t reader_min_blocks = 1088;         ///< Slots the pool has at least.
   uint32_t reader_io_threads = 2;
   uint32_t reader_queue_depth = 8;
   /// Storage reader behaviour (`storage.reader`): "default" or
@@ -130,6 +141,22 @@ uint64_t kv_bytes_per_token(const gpu::model_shape& m);
 /// The real bytes per token per layer the block store holds.
 uint64_t real_bytes_per_token_layer(const cluster_spec& spec);
 
+/// Nominal HBM bytes per GPU of `role` left for KV: HBM - the weights one
+/// GPU holds (total_params x bytes per param / min(ep, the role's GPUs)) -
+/// the activation reserve (0 when nothing is left).
+uint64_t hbm_kv_bytes(const cluster_spec& spec, engine_role role);
+
+/// Weight bytes one GPU of `role` holds.
+double weight_bytes_per_gpu(const cluster_spec& spec, engine_role role);
+
+/// The node's DRAM buffer in Full Block slots, and the slots reads may hold
+/// (decode nodes keep the longest prompt's blocks free for reservations).
+struct buffer_slots {
+  uint32_t slots = 0;
+  uint32_t read_cap = 0;
+};
+buffer_slots buffer_slots_of(const cluster_spec& spec, engine_role role);
+
 /// One node's resources as a cluster builds them (links, bulk backend,
 /// storage reader with its registered buffer pool), plus what must stay alive
 /// while its actors run (the pool and its registration, released in reverse).
@@ -160,18 +187,23 @@ scheduler_config_for(const cluster_spec& spec,
                      const std::vector<std::string>& decode_names,
                      std::shared_ptr<transport::storage::block_store> store);
 
-/// Spawns the engines of one node (members before the leader, rank 0 last)
-/// and enrolls each with `scheduler` (a local or remote handle). `group` is
-/// the node's group index within its role. Each engine gets its own device
-/// (HBM budget real_bytes(hbm_bytes), reserved as one pool slab): on a CUDA
-/// plan, engine rank r runs on device `node_gpus[r]` (the cluster file's
+/// The engine configuration of one node (before devices are attached).
+engine_config engine_config_for(const cluster_spec& spec, const node_ptr& node,
+                                uint32_t group, const emulated_time& time,
+                                const scheduler_actor& scheduler);
+
+/// Spawns the engine of one node (it drives every GPU of the node) and
+/// enrolls each of its GPUs with `scheduler` (a local or remote handle).
+/// `group` is the node's group index within its role. Each GPU gets its own
+/// device (HBM budget real_bytes(hbm_kv_bytes), reserved as one pool slab):
+/// on a CUDA plan, rank r runs on device `node_gpus[r]` (the cluster file's
 /// gpus list) or (gpus.first + r) mod gpus.devices, stated through
-/// spec.notice. Returns the engines in rank order.
-caf::expected<std::vector<caf::actor>>
-spawn_node_engines(caf::actor_system& sys, const cluster_spec& spec,
-                   const node_ptr& node, uint32_t group,
-                   const emulated_time& time, const scheduler_actor& scheduler,
-                   const std::vector<uint32_t>& node_gpus = {});
+/// spec.notice.
+caf::expected<caf::actor>
+spawn_node_engine(caf::actor_system& sys, const cluster_spec& spec,
+                  const node_ptr& node, uint32_t group,
+                  const emulated_time& time, const scheduler_actor& scheduler,
+                  const std::vector<uint32_t>& node_gpus = {});
 
 class embedded_cluster {
 public:

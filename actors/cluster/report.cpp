@@ -59,6 +59,7 @@ mode_report summarize(const std::string& mode, const replay_outcome& outcome,
     r.recomputed_blocks += x.recomputed_blocks;
     r.blocks_persisted += x.blocks_persisted;
     r.reroutes += x.reroutes;
+    r.buffer_waits += x.buffer_waits;
   }
   r.tokens_per_s = r.jct_s > 0 ? static_cast<double>(tokens) / r.jct_s : 0;
   r.ttft_p50_s = quantile(ttft, 0.5);
@@ -126,6 +127,7 @@ nlohmann::json to_json(const mode_report& r) {
       {"recomputed_blocks", r.recomputed_blocks},
       {"blocks_persisted", r.blocks_persisted},
       {"reroutes", r.reroutes},
+      {"buffer_waits", r.buffer_waits},
       {"wall_s", r.wall_s},
       {"setup_s", r.setup_s},
       {"lag_p99_ms", r.lag_p99_ms},

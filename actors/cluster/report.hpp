@@ -84,6 +84,9 @@ struct mode_report {
   uint64_t recomputed_blocks = 0;
   uint64_t blocks_persisted = 0; ///< Full Blocks written after decode.
   uint64_t reroutes = 0;
+  /// Storage reads and decode-side reservations that waited for room in a
+  /// node's DRAM buffer.
+  uint64_t buffer_waits = 0;
   double wall_s = 0;     ///< Wall seconds of the replay.
   double setup_s = 0;    ///< Wall seconds building and stopping the cluster.
   double lag_p99_ms = 0; ///< Timer lateness p99 (wall ms), see replay.hpp.

@@ -1,11 +1,11 @@
-// What the prefill engine, the decode engine and the layer streamer share
-// beyond timing (engine_timing.hpp): the byte units of an engine's model,
-// whether its mode moves KV, the group-leader test, publishing its load to
-// the node's board, timeline spans on its tracks, and a storage read whose
-// failure as a whole turns every block into a miss.
+// What the prefill and the decode engine share beyond timing
+// (engine_timing.hpp): the byte units of an engine's model, whether its mode
+// moves KV, one GPU's load report, the node's read queue, timeline spans on
+// its tracks, and a storage read whose failure as a whole turns every block
+// into a miss.
 //
 // Thread safety: pure functions of the config, or called from the engine
-// actor's own thread (publish_load, span, read_blocks).
+// actor's own thread (span, read_blocks).
 #pragma once
 
 #include <cstdint>
@@ -38,30 +38,26 @@ inline bool copies_bytes(const engine_config& cfg) {
   return moves_bytes(cfg) && cfg.real_bytes;
 }
 
-/// Whether this engine speaks for its group to the scheduler (a prefill
-/// leader fetches, a decode leader reports): rank 0 with a scheduler, also
-/// when it is the group's only member.
-inline bool leads_group(const engine_config& cfg) {
-  return (cfg.group_leader || (cfg.id.rank == 0 && !cfg.group_members.empty()))
-         && cfg.scheduler;
-}
+/// The read plan both engines apply in `mode` to the scheduler's plan `plan`
+/// for a prompt with `full_blocks` full blocks: basic and layerwise read
+/// every hit on the prefill side, dualpath as planned, oracle nothing.
+read_plan plan_for(load_mode mode, read_plan plan, uint32_t full_blocks);
 
-/// The engine's own load (seq_e, tok_e, free HBM) with its identity; the
-/// node's read queue is added where a report needs it.
-engine_load own_load_of(const engine_config& cfg, uint32_t seq, uint64_t tok);
+/// The load of GPU `rank` of the engine's node: seq_e, tok_e and the HBM it
+/// has free for KV (nominal bytes); the node's read queue is added where a
+/// report needs it (read_queue_of).
+engine_load lane_load(const engine_config& cfg, uint32_t rank, uint32_t seq,
+                      uint64_t tok, uint64_t free_hbm);
 
-/// Publishes `x` on the node's load board, if the node has one (the group
-/// leader reads it at its next tick).
-inline void publish_load(const engine_config& cfg, const engine_load& x) {
-  if (cfg.node && cfg.node->loads)
-    cfg.node->loads->publish(x);
-}
+/// The node's storage read queue as its reader last published it (empty
+/// without a load board).
+read_queue_status read_queue_of(const engine_config& cfg);
 
-/// Records a span of request `id` on the engine's track `track` + rank +
-/// `suffix` ("gpu0", "cnic1 rx"); nothing unless the run is traced.
-void span(const engine_config& cfg, const char* track, const char* name,
-          uint64_t id, int32_t layer, int64_t begin_ns, int64_t end_ns,
-          uint64_t nominal_bytes = 0, const char* suffix = "");
+/// Records a span of request `id` on track `track` + `rank` + `suffix` of
+/// the engine's node ("gpu0", "cnic1 rx"); nothing unless the run is traced.
+void span(const engine_config& cfg, const char* track, uint32_t rank,
+          const char* name, uint64_t id, int32_t layer, int64_t begin_ns,
+          int64_t end_ns, uint64_t nominal_bytes = 0, const char* suffix = "");
 
 /// The outcome of a read that failed as a whole (the reader did not
 /// answer): every block failed and is recomputed, as single failed blocks

@@ -34,6 +34,16 @@ bool from_string(const std::string& str, load_mode& x) {
   return false;
 }
 
+std::string to_string(batching x) {
+  switch (x) {
+    case batching::quota:
+      return "quota";
+    case batching::token_budget:
+      return "token_budget";
+  }
+  return "batching(" + std::to_string(static_cast<int>(x)) + ")";
+}
+
 model_shape coarsen(const model_shape& m, uint32_t k, uint32_t byte_scale) {
   if (k <= 1 || m.layers == 0)
     return m;

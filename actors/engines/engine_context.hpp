@@ -1,9 +1,10 @@
 // What an engine actor is given when it is spawned: the emulated node it runs
-// on (links, storage reader, bulk transport, block store), its GPU, the model's
-// shape, the loading mode and the actors it talks to. The cluster builder
-// (actors/cluster/cluster.hpp) creates one node_resources per node and one
-// engine_config per engine; the same structures serve an embedded cluster
-// (`dualpath run`), separate processes (`dualpath node`) and simulated time.
+// on (links, storage reader and its buffer pool, bulk transport, block store),
+// the node's GPUs, the model's shape, the loading mode and the actors it talks
+// to. The cluster builder (actors/cluster/cluster.hpp) creates one
+// node_resources and one engine_config per node; the same structures serve an
+// embedded cluster (`dualpath run`), separate processes (`dualpath node`) and
+// simulated time.
 //
 // Ownership: node_resources is shared (shared_ptr) by the actors of a node and
 // outlives them; engine_config is copied into the engine.
@@ -11,6 +12,7 @@
 // bulk backend, block store) or actor handles.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -26,13 +28,16 @@
 #include "actors/protocol/messages.hpp"
 #include "actors/protocol/observer_actor.hpp"
 #include "actors/protocol/storage_reader_actor.hpp"
+#include "gpu/compute_model.hpp"
 
 namespace dualpath::transport::bulk {
 class backend;
+class local_registration;
 } // namespace dualpath::transport::bulk
 
 namespace dualpath::transport::storage {
 class block_store;
+class buffer_pool;
 } // namespace dualpath::transport::storage
 
 namespace dualpath::gpu {
@@ -119,48 +124,89 @@ struct node_resources {
   storage_reader_actor reader;
   /// The shared block store (all nodes see the same storage).
   std::shared_ptr<transport::storage::block_store> store;
-  /// The loads of the node's engines and its read queue, read by the group
-  /// leader at each tick. Null: the leader asks every member by message.
+  /// The node's storage read queue as the reader last published it, read by
+  /// the node's engine at each fetch/report tick. Null: it asks the reader.
   std::shared_ptr<load_board> loads;
+  /// The node's DRAM buffer (the storage reader's pool: reads land in it,
+  /// the decode engine reserves room in it through the reader) and its
+  /// registration with the bulk transport (the source and destination of
+  /// the node's KV writes). Both outlive the node's actors.
+  std::shared_ptr<transport::storage::buffer_pool> pool;
+  const transport::bulk::local_registration* pool_registration = nullptr;
 };
 
 using node_ptr = std::shared_ptr<node_resources>;
 
-/// Everything one engine needs.
+/// What an engine counts as it works (optional; shared with tests and
+/// observers, readable from any thread).
+struct engine_stats {
+  /// Steps of the node's GPUs (prefill steps, or decode steps).
+  std::atomic<uint64_t> steps{0};
+  /// Prefill: chunks computed (one request's part of one step).
+  std::atomic<uint64_t> chunks{0};
+  /// Prefill: requests computed in more than one chunk.
+  std::atomic<uint64_t> chunked{0};
+  /// The most chunks (prefill) or sequences (decode) one GPU had in a step.
+  std::atomic<uint64_t> max_batch{0};
+  /// Decode: sequence steps (one token each).
+  std::atomic<uint64_t> tokens{0};
+
+  void batch(uint64_t n) {
+    auto cur = max_batch.load();
+    while (n > cur && !max_batch.compare_exchange_weak(cur, n)) {
+      // retry with the value another thread wrote
+    }
+  }
+};
+
+/// How a prefill GPU's batch is packed at each step.
+enum class batching : uint8_t {
+  /// The scheduler's intra-engine compute quota (brief 3): FIFO while the
+  /// predicted attention time fits quota_s; the request that overflows is
+  /// cut by binary search (scheduler/compute_quota.hpp) and prefilled in
+  /// chunks.
+  quota = 0,
+  /// Without the scheduler (basic, layerwise, dualpath-rr): FIFO up to
+  /// batch_tokens new tokens, the last request chunked to fill them.
+  token_budget = 1,
+};
+
+std::string to_string(batching x);
+
+/// Everything the engine of one node needs (a prefill or decode engine drives
+/// every GPU of its node: one expert-parallel group, each GPU one engine to
+/// the scheduler, engine_id{node, role, rank}).
 struct engine_config {
-  engine_id id;
+  engine_role role = engine_role::prefill;
+  /// The node's group index within its role (the scheduler's group id).
   uint32_t group = 0;
+  /// GPUs of the node (the group's engines, ranks 0 .. gpus - 1).
+  uint32_t gpus = 1;
   load_mode mode = load_mode::dualpath;
-  /// Layers resident in GPU memory at once during layerwise prefill.
+  batching packing = batching::quota;
+  /// Prefill: layers resident in GPU memory at once during layerwise
+  /// prefill (Basic keeps every layer resident).
   uint32_t layer_window = 2;
-  /// Prefill: jobs started (reads, admission) ahead of the oldest
-  /// unfinished one.
-  uint32_t prefill_lookahead = 6;
   model_shape model;
   emulated_time time;
   uint32_t byte_scale = 1;
   node_ptr node;
-  /// This engine's GPU (index `id.rank` of the node): a CUDA device or host
-  /// memory standing in for HBM; its pool holds the engine's whole budget
-  /// as one slab on a real data plane.
-  std::shared_ptr<gpu::device> device;
-  /// Peak dense FLOP/s times efficiency of one GPU.
-  double gpu_flops = 0;
-  /// HBM bytes (nominal) this engine may use for KV.
-  uint64_t hbm_bytes = 0;
-  /// HBM bandwidth of one GPU in bytes/s (decode steps are bound by the
-  /// slower of compute and HBM traffic); 0 = compute-bound decode model.
-  double hbm_bandwidth = 0;
-  /// DRAM buffer bytes (nominal) for decode buffers (decode engines).
-  uint64_t dram_buffer_bytes = 0;
-  /// Leader only: how often the group leader fetches work (ns).
+  /// One device per GPU of the node (index = rank).
+  std::vector<std::shared_ptr<gpu::device>> devices;
+  /// One GPU's peak rate and efficiencies (gpu/compute_model.hpp).
+  gpu::gpu_rate gpu;
+  /// The group step model: prefill efficiency curve, routed-expert share,
+  /// per-layer overhead, weight bytes one GPU holds.
+  gpu::group_params group_model;
+  /// Nominal HBM bytes per GPU for KV: HBM - weights per GPU - activation
+  /// reserve.
+  uint64_t hbm_kv_bytes = 0;
+  /// batching::quota: attention seconds one GPU's batch may take.
+  double quota_s = 0.3;
+  /// batching::token_budget: new tokens one GPU's batch may take.
+  uint32_t batch_tokens = 16384;
+  /// How often the engine fetches work (prefill) or reports (decode), ns.
   int64_t fetch_period_ns = 10'000'000;
-  /// The other members of this engine's group in rank order 1..n-1 (filled
-  /// for the leader, rank 0, only; the leader itself is not listed).
-  std::vector<caf::actor> group_members;
-  /// Set on the group leader (rank 0) even when it has no other member
-  /// (one GPU per node): it fetches or reports for its group.
-  bool group_leader = false;
   /// Whether the decode engine verifies the prompt KV byte for byte; false
   /// when the data plane is modeled (`dualpath sim`: no byte moves, so
   /// blocks_verified stays 0).
@@ -170,12 +216,23 @@ struct engine_config {
   /// fill, memcpy and device copy and persist blocks without source bytes.
   /// Link, storage-NIC and compute times are the same either way.
   bool real_bytes = true;
-  /// Where results and fetches go.
+  /// Prefill: move the PE-side hit blocks from the node's buffer into GPU
+  /// memory as loopback writes of the bulk transport (kv class) instead of a
+  /// local copy (CNIC-centric H2D, brief 2.3; `gpu.h2d_via_transport`).
+  bool h2d_via_transport = false;
+  /// Where fetches, reports, results and failures go.
   caf::actor scheduler;
   /// Optional: receives snapshots and events.
   observer_actor observer;
   /// Optional (null: not observed): timeline spans and metrics.
   observe::hooks_ptr hooks;
+  /// Optional: what the engine counts.
+  std::shared_ptr<engine_stats> stats;
+
+  /// The engine (GPU) `rank` of this node.
+  engine_id id_of(uint32_t rank) const {
+    return engine_id{node ? node->name : std::string{}, role, rank};
+  }
   /// Optional: lines for the operator (e.g. that GPU memory is staged
   /// through host memory for RDMA); the sink prints each distinct line once.
   std::function<void(const std::string&)> notice;

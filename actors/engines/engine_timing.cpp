@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "gpu/device.hpp"
-
 namespace dualpath::actors {
 
 uint64_t nominal_of_real(uint64_t real, const model_shape& m) {
@@ -40,40 +38,31 @@ gpu::model_shape compute_shape(const engine_config& cfg) {
   return m;
 }
 
-gpu::gpu_rate compute_rate(const engine_config& cfg) {
-  gpu::gpu_rate g;
-  g.name = "engine";
-  g.tflops = cfg.gpu_flops / 1e12;
-  g.hbm_tbps = cfg.hbm_bandwidth / 1e12;
-  return g;
-}
-
-double prefill_layer_seconds(const engine_config& cfg,
-                             const std::vector<gpu::sequence_shape>& batch) {
-  if (cfg.gpu_flops <= 0 || cfg.model.layers == 0)
-    return 0;
+gpu::group_layer prefill_step_layer(
+    const engine_config& cfg,
+    const std::vector<std::vector<gpu::sequence_shape>>& per_gpu) {
+  auto out = gpu::prefill_step_layer_time(compute_shape(cfg), cfg.gpu,
+                                          cfg.group_model, per_gpu);
   // One engine layer = layer_weight model layers.
-  return gpu::prefill_layer_seconds(compute_shape(cfg), compute_rate(cfg),
-                                    batch)
-         * layer_weight(cfg);
+  auto w = layer_weight(cfg);
+  for (auto& t : out.gpu_s)
+    t *= w;
+  out.slowest_s *= w;
+  out.layer_s *= w;
+  return out;
 }
 
-double decode_tpot_seconds(const engine_config& cfg, uint64_t context) {
-  if (cfg.gpu_flops <= 0 || cfg.model.layers == 0)
-    return 0;
-  auto m = compute_shape(cfg);
-  auto g = compute_rate(cfg);
-  if (cfg.hbm_bandwidth > 0)
-    return gpu::decode_step_time(m, g, {context}).tpot_s;
-  // Compute-bound: one new token attending to the context, every layer.
-  return m.layers
-         * gpu::prefill_layer_seconds(m, g, {gpu::sequence_shape{context, 1}});
+gpu::group_decode_step
+decode_step(const engine_config& cfg,
+            const std::vector<std::vector<uint64_t>>& contexts) {
+  // Over the model's own layers: a coarsened engine decodes the same model.
+  return gpu::decode_group_step_time(compute_shape(cfg), cfg.gpu,
+                                     cfg.group_model, contexts);
 }
 
-uint64_t free_hbm_nominal(const engine_config& cfg) {
-  uint64_t used = cfg.device ? cfg.device->bytes_allocated() : 0;
-  uint64_t used_nominal = used * std::max<uint32_t>(cfg.byte_scale, 1);
-  return cfg.hbm_bytes > used_nominal ? cfg.hbm_bytes - used_nominal : 0;
+double attention_seconds(const engine_config& cfg,
+                         const gpu::sequence_shape& s) {
+  return gpu::attention_seconds(compute_shape(cfg), cfg.gpu, s);
 }
 
 } // namespace dualpath::actors

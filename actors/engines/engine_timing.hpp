@@ -1,21 +1,20 @@
 // Small timing helpers shared by the engine actors: emulated "now" from an
 // actor's clock, conversions between emulated time points and nanoseconds
 // since the emulation start, nominal byte counts of real ones, and the
-// compute model (gpu/compute_model.hpp) evaluated for an engine's config.
+// compute model (gpu/compute_model.hpp) evaluated for an engine's config:
+// a prefill step's layer and a decode step of the node's GPUs together.
 //
 // Thread safety: pure functions.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "actors/engines/emulation.hpp"
 #include "actors/engines/engine_context.hpp"
 #include "gpu/compute_model.hpp"
-
-#include <caf/result.hpp>
-#include <caf/typed_response_promise.hpp>
 
 namespace dualpath::actors {
 
@@ -27,6 +26,20 @@ emulated_time::time_point emulated_now(Self* self, const emulated_time& t) {
 
 inline int64_t to_ns(emulated_time::duration d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+/// Sends `xs...` to the actor itself at emulated time `at`: at once (a plain
+/// message, no timer) when `at` is not in the future, else delayed. Messages
+/// due now stay in the order they were sent, so what happens at one instant
+/// is handled together (a timer each would fire one by one).
+template <class Self, class... Ts>
+void send_at(Self* self, const emulated_time& t, emulated_time::time_point at,
+             Ts&&... xs) {
+  auto now = emulated_now(self, t);
+  if (at <= now)
+    self->send(self, std::forward<Ts>(xs)...);
+  else
+    self->delayed_send(self, t.to_actor(at - now), std::forward<Ts>(xs)...);
 }
 
 /// Emulated ns since the start -> emulated time point.
@@ -45,40 +58,27 @@ inline int64_t since_start(const emulated_time& t,
 /// The nominal bytes `real` real bytes of KV stand for (whole tokens).
 uint64_t nominal_of_real(uint64_t real, const model_shape& m);
 
-/// The compute model's view of the engine's model and GPU.
+/// The compute model's view of the engine's model (its own layers: a
+/// coarsened engine layer stands for several).
 gpu::model_shape compute_shape(const engine_config& cfg);
-gpu::gpu_rate compute_rate(const engine_config& cfg);
 
-/// Seconds one prefill layer of `batch` takes (0 without a GPU rate).
-double prefill_layer_seconds(const engine_config& cfg,
-                             const std::vector<gpu::sequence_shape>& batch);
+/// One engine layer of a prefill step of the node's GPUs (`per_gpu[g]`: GPU
+/// g's batch): each GPU's time and the layer's, the slowest GPU's plus the
+/// overhead (gpu/compute_model.hpp), times the model layers an engine layer
+/// stands for.
+gpu::group_layer prefill_step_layer(
+    const engine_config& cfg,
+    const std::vector<std::vector<gpu::sequence_shape>>& per_gpu);
 
-/// Seconds per output token of one sequence with `context` tokens present.
-double decode_tpot_seconds(const engine_config& cfg, uint64_t context);
+/// One decode step of the node's GPUs (`contexts[g]`: the present context of
+/// every sequence on GPU g).
+gpu::group_decode_step
+decode_step(const engine_config& cfg,
+            const std::vector<std::vector<uint64_t>>& contexts);
 
-/// Nominal HBM bytes an engine has free for KV (its device's real bytes in
-/// use, scaled back up by the byte scale).
-uint64_t free_hbm_nominal(const engine_config& cfg);
-
-/// An engine's load report: `own()` (seq_e, tok_e, free HBM) completed with
-/// its node's storage read queue, asked from the node's reader (the engine's
-/// own numbers alone when there is no reader or it fails to answer).
-template <class Self, class Own>
-caf::result<engine_load> load_with_read_queue(Self* self, Own own) {
-  auto& reader = self->state.cfg.node->reader;
-  if (!reader)
-    return own();
-  auto rp = self->template make_response_promise<engine_load>();
-  self->request(reader, caf::infinite, queue_atom_v)
-      .then(
-          [rp, own](read_queue_status& q) mutable {
-            auto x = own();
-            x.read_q_tokens = q.tokens;
-            x.read_q_bytes = q.bytes;
-            rp.deliver(std::move(x));
-          },
-          [rp, own](caf::error&) mutable { rp.deliver(own()); });
-  return rp;
-}
+/// Predicted attention seconds of one request (cached, new) over every
+/// layer: what the compute quota packs against.
+double attention_seconds(const engine_config& cfg,
+                         const gpu::sequence_shape& s);
 
 } // namespace dualpath::actors

@@ -50,25 +50,64 @@ void fill_tokens(const std::vector<transport::block_hash>& hashes,
                            dst + size_t{t - first} * bpt, bpt);
 }
 
-slot_check check_slot(const std::vector<transport::block_hash>& hashes,
-                      uint32_t block_tokens, uint32_t layers, uint32_t tokens,
-                      size_t bpt, const std::byte* slot) {
-  slot_check result;
-  for (uint32_t b = 0; uint64_t{b} * block_tokens < tokens; ++b) {
-    uint32_t first = b * block_tokens;
-    uint32_t last = std::min(tokens, first + block_tokens);
-    bool ok = b < hashes.size();
-    for (uint32_t l = 0; ok && l < layers; ++l)
-      for (uint32_t t = first; ok && t < last; ++t)
-        ok =
-            storage::kv_check_token(hashes[b], l, t - first,
-                                    slot + slot_offset(l, tokens, t, bpt), bpt);
-    if (ok)
-      ++result.blocks_ok;
-    else
-      ++result.blocks_failed;
+std::vector<block_segment> block_segments(uint32_t first, uint32_t count,
+                                          uint32_t block_tokens) {
+  std::vector<block_segment> out;
+  if (block_tokens == 0)
+    return out;
+  uint32_t t = first;
+  const uint32_t end = first + count;
+  while (t < end) {
+    block_segment seg;
+    seg.block = t / block_tokens;
+    seg.token_in_block = t % block_tokens;
+    seg.tokens = std::min(end - t, block_tokens - seg.token_in_block);
+    seg.first_token = t;
+    out.push_back(seg);
+    t += seg.tokens;
   }
-  return result;
+  return out;
+}
+
+namespace {
+
+uint32_t tokens_in_block(uint32_t block, uint32_t block_tokens,
+                         uint32_t tokens) {
+  uint64_t first = uint64_t{block} * block_tokens;
+  if (first >= tokens)
+    return 0;
+  return static_cast<uint32_t>(
+      std::min<uint64_t>(block_tokens, tokens - first));
+}
+
+} // namespace
+
+bool check_block(const std::vector<transport::block_hash>& hashes,
+                 uint32_t block, uint32_t block_tokens, uint32_t layers,
+                 uint32_t tokens, size_t bpt, const std::byte* payload) {
+  auto n = tokens_in_block(block, block_tokens, tokens);
+  if (block >= hashes.size() || n == 0)
+    return false;
+  for (uint32_t l = 0; l < layers; ++l)
+    for (uint32_t t = 0; t < n; ++t)
+      if (!storage::kv_check_token(
+              hashes[block], l, t,
+              payload + block_offset(l, t, block_tokens, bpt), bpt))
+        return false;
+  return true;
+}
+
+void fill_block(const std::vector<transport::block_hash>& hashes,
+                uint32_t block, uint32_t block_tokens, uint32_t layers,
+                uint32_t tokens, size_t bpt, std::byte* payload) {
+  auto n = tokens_in_block(block, block_tokens, tokens);
+  if (block >= hashes.size())
+    return;
+  for (uint32_t l = 0; l < layers; ++l)
+    for (uint32_t t = 0; t < n; ++t)
+      storage::kv_fill_token(hashes[block], l, t,
+                             payload + block_offset(l, t, block_tokens, bpt),
+                             bpt);
 }
 
 const std::byte* lease_payload(const buffer_lease& lease,
@@ -80,50 +119,59 @@ const std::byte* lease_payload(const buffer_lease& lease,
   return p;
 }
 
-gpu::segment_grid slot_grid(uint32_t block_tokens, uint32_t layers,
-                            uint32_t tokens, size_t bpt) {
-  gpu::segment_grid g;
-  g.rows = layers;
-  g.row_bytes = size_t{tokens} * bpt;
-  g.row_stride = g.row_bytes;
-  g.segment_bytes = size_t{block_tokens} * bpt;
+prompt_grids grids_of(uint32_t block_tokens, uint32_t layers, uint32_t tokens,
+                      size_t bpt) {
+  prompt_grids g;
+  const size_t layer_block = size_t{block_tokens} * bpt;
+  const uint32_t full = block_tokens == 0 ? 0 : tokens / block_tokens;
+  const uint32_t tail = tokens - full * block_tokens;
+  g.full.rows = size_t{full} * layers;
+  g.full.row_stride = layer_block;
+  g.full.row_bytes = layer_block;
+  g.full.segment_bytes = layer_block;
+  if (tail > 0) {
+    g.partial.offset = size_t{full} * layers * layer_block;
+    g.partial.rows = layers;
+    g.partial.row_stride = layer_block;
+    g.partial.row_bytes = size_t{tail} * bpt;
+    g.partial.segment_bytes = size_t{tail} * bpt;
+  }
   return g;
 }
 
 std::vector<uint64_t>
-slot_checksums(const std::vector<transport::block_hash>& hashes,
-               uint32_t block_tokens, uint32_t layers, uint32_t tokens,
-               size_t bpt) {
-  auto grid = slot_grid(block_tokens, layers, tokens, bpt);
-  std::vector<uint64_t> out(grid.count());
-  std::vector<std::byte> block(grid.segment_bytes);
-  const size_t blocks = grid.segments_per_row();
-  for (uint32_t l = 0; l < layers; ++l)
-    for (size_t b = 0; b < blocks && b < hashes.size(); ++b) {
-      auto first = static_cast<uint32_t>(b * block_tokens);
-      auto last = std::min(tokens, first + block_tokens);
-      fill_tokens(hashes, block_tokens, l, first, last, bpt, block.data());
-      out[l * blocks + b] =
-          gpu::block_checksum(block.data(), size_t{last - first} * bpt);
+prompt_checksums(const std::vector<transport::block_hash>& hashes,
+                 uint32_t block_tokens, uint32_t layers, uint32_t tokens,
+                 size_t bpt) {
+  std::vector<uint64_t> out;
+  std::vector<std::byte> buf(size_t{block_tokens} * bpt);
+  const uint32_t blocks =
+      block_tokens == 0 ? 0 : (tokens + block_tokens - 1) / block_tokens;
+  for (uint32_t k = 0; k < blocks && k < hashes.size(); ++k) {
+    auto first = k * block_tokens;
+    auto n = std::min(tokens - first, block_tokens);
+    for (uint32_t l = 0; l < layers; ++l) {
+      fill_tokens(hashes, block_tokens, l, first, first + n, bpt, buf.data());
+      out.push_back(gpu::block_checksum(buf.data(), size_t{n} * bpt));
     }
+  }
   return out;
 }
 
-slot_check check_slot_checksums(const std::vector<uint64_t>& expected,
-                                const uint64_t* actual, uint32_t layers,
-                                size_t hashes) {
-  slot_check result;
-  const size_t blocks = layers == 0 ? 0 : expected.size() / layers;
-  for (size_t b = 0; b < blocks; ++b) {
-    bool ok = b < hashes;
+block_tally check_prompt_checksums(const std::vector<uint64_t>& expected,
+                                   const uint64_t* actual, uint32_t layers,
+                                   uint32_t blocks) {
+  block_tally t;
+  for (uint32_t k = 0; k < blocks; ++k) {
+    bool ok = (size_t{k} + 1) * layers <= expected.size();
     for (uint32_t l = 0; ok && l < layers; ++l)
-      ok = actual[l * blocks + b] == expected[l * blocks + b];
+      ok = actual[size_t{k} * layers + l] == expected[size_t{k} * layers + l];
     if (ok)
-      ++result.blocks_ok;
+      ++t.ok;
     else
-      ++result.blocks_failed;
+      ++t.failed;
   }
-  return result;
+  return t;
 }
 
 } // namespace dualpath::actors

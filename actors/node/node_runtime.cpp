@@ -421,8 +421,12 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
     auto names = cf.names_of(me.role);
     auto group = static_cast<uint32_t>(
         std::find(names.begin(), names.end(), me.name) - names.begin());
-    auto engines = cluster::spawn_node_engines(sys, *spec, built->node, group,
-                                               time, scheduler, me.gpus);
+    auto engine = cluster::spawn_node_engine(sys, *spec, built->node, group,
+                                             time, scheduler, me.gpus);
+    auto engines =
+        engine ? caf::expected<std::vector<caf::actor>>{std::vector<caf::actor>{
+            *engine}}
+               : caf::expected<std::vector<caf::actor>>{engine.error()};
     caf::scoped_actor self{sys};
     caf::actor agent;
     if (!engines) {
@@ -439,10 +443,9 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
         info.endpoint.details.assign(details->begin(), details->end());
         info.endpoint.address.assign(details->begin(), details->end());
       }
-      for (uint32_t g = 0; g < engines->size(); ++g) {
-        info.actor_names.push_back("engine" + std::to_string(g));
-        info.actors.push_back((*engines)[g]);
-      }
+      // One engine drives the node's GPUs.
+      info.actor_names.push_back("engine");
+      info.actors.push_back(engines->front());
       info.actor_names.push_back("reader");
       info.actors.push_back(caf::actor_cast<caf::actor>(built->node->reader));
       // The agent starts before the join (it is part of the node's entry);

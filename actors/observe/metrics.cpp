@@ -33,6 +33,11 @@ std::vector<family_spec> standard_families() {
        "Bytes of a node's storage-reader DRAM pool held by leases (real "
        "bytes: byte-scaled in an emulated run).",
        {}},
+      {"dualpath_reader_buffer_waits_total",
+       k::counter,
+       "Storage reads and slot reservations that waited for room in a node's "
+       "DRAM buffer (counted once each).",
+       {}},
       {"dualpath_snic_bytes_total",
        k::counter,
        "Nominal bytes moved over a node's storage NIC (reads and persists).",

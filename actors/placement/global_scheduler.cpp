@@ -7,6 +7,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/protocol/decode_engine_actor.hpp"
 #include "actors/protocol/prefill_engine_actor.hpp"
 #include "transport/storage/block_store.hpp"
 
@@ -199,7 +200,8 @@ work_batch apply(self_ptr self, const scheduler::fetch_result& res,
     ++s.counters.assigned;
   }
   work_batch reply;
-  std::map<uint32_t, work_batch> pushes;
+  // Per prefill group (one engine actor per node): its handle and requests.
+  std::map<uint32_t, std::pair<caf::actor, work_batch>> pushes;
   for (auto& p : res.placed) {
     auto i = s.requests.find(p.request_id);
     if (i == s.requests.end() || !i->second.assigned || i->second.dispatched)
@@ -211,18 +213,25 @@ work_batch apply(self_ptr self, const scheduler::fetch_result& res,
     s.de_tok[p.decode] += t.info.prompt_tokens;
     ++s.counters.placed;
     auto a = make_assignment(s, t, p.decode);
+    // The decode node starts the request's decode-side read now, before
+    // any prefill engine asks it for room (reads never wait on admission).
+    if (a.decode_actor)
+      caf::anon_send(caf::actor_cast<decode_engine_actor>(a.decode_actor),
+                     assign_atom_v, a);
     auto pe = t.decision.prefill;
-    if (static_cast<int64_t>(s.cfg.prefill[pe].group) == for_group)
+    auto group = s.cfg.prefill[pe].group;
+    if (static_cast<int64_t>(group) == for_group) {
       reply.items.push_back(std::move(a));
-    else
-      pushes[pe].items.push_back(std::move(a));
+    } else {
+      auto& [hdl, batch] = pushes[group];
+      hdl = s.pe_actor[pe];
+      batch.items.push_back(std::move(a));
+    }
   }
-  for (auto& [pe, batch] : pushes) {
-    if (s.pe_actor[pe])
-      // The engine replies to its own dispatcher; nothing comes back here.
-      caf::anon_send(caf::actor_cast<prefill_engine_actor>(s.pe_actor[pe]),
-                     prefill_atom_v, std::move(batch));
-  }
+  for (auto& [group, push] : pushes)
+    if (push.first)
+      caf::anon_send(caf::actor_cast<prefill_engine_actor>(push.first),
+                     prefill_atom_v, std::move(push.second));
   return reply;
 }
 

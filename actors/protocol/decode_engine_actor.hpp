@@ -1,7 +1,10 @@
-// A decode engine's interface: owns a budgeted DRAM buffer for prompts being
-// prefilled, serves hit Layer Blocks on the DE read path, merges miss KV, then
-// copies the complete prompt KV into GPU memory once, decodes and persists
-// each completed block.
+// A decode node's interface: one engine drives every GPU of a decode node
+// (one expert-parallel group; each GPU is one engine to the scheduler). It
+// owns the node's DRAM buffer (through the node's storage reader), reads the
+// DE-side hit blocks of its requests as soon as they are placed, serves them
+// layer by layer to prefill GPUs, merges the KV the prefill engines send,
+// then copies each complete prompt into its GPU's memory once and decodes
+// every GPU's sequences in batches, persisting completed blocks.
 #pragma once
 
 #include <caf/typed_actor.hpp>
@@ -11,25 +14,25 @@
 namespace dualpath::actors {
 
 using decode_engine_actor = caf::typed_actor<
-    // Reserve buffer space for an assignment's prompt KV; on the DE read path
-    // also start reading the decode-side hit blocks. Replies with the slot the
-    // prefill engine writes Layer Blocks into.
+    // The scheduler placed a request on one of this node's GPUs
+    // (assignment.decode): its decode-side read starts now.
+    caf::reacts_to<assign_atom, assignment>,
+    // A prefill engine is about to send the request's first layer (the
+    // assignment, in case it arrives before the scheduler's): replies once
+    // the decode-side read is in and the buffer for the rest is reserved.
     caf::replies_to<admit_atom, assignment>::with<decode_slot>,
-    // Layer `layer` of a request is complete in the buffer.
-    caf::reacts_to<layer_atom, layer_ready>,
-    // The outcome of a request's decode-side read (after admit): its failed
-    // blocks. No leases: the blocks are in the request's slot by then and
-    // their reader buffers released.
-    caf::replies_to<load_atom, uint64_t>::with<read_completion>,
-    // DE read path: write DE-side hit tokens of one layer into a prefill
-    // engine's region; replies when the write is complete.
-    caf::replies_to<push_atom, layer_push>::with<layer_ready>,
-    // The prefill engine's summary of a request (sent before its last layer).
+    // Write the listed tokens of one layer from this node's buffer into
+    // prefill GPUs' staging (DE read path); replies with what moved.
+    caf::replies_to<push_atom, layer_batch>::with<layer_batch>,
+    // One layer of the listed chunks is in this node's buffer.
+    caf::reacts_to<layer_atom, layer_batch>,
+    // The prefill engine's summary of a request (before its first layer).
     caf::reacts_to<prefilled_atom, prefill_summary>,
-    // The prefill engine gave up on a request (its attempt failed): its
-    // admission or slot is dropped, its buffer space freed.
+    // The prefill engine gave up on a request (its attempt failed): what
+    // this node holds for it is dropped, its buffer space freed.
     caf::reacts_to<release_atom, uint64_t>,
-    // The engine's current seq_e / tok_e / read queue / free HBM.
-    caf::replies_to<status_atom>::with<engine_load>>;
+    // The loads of the node's GPUs (seq_e, tok_e, free HBM) and its read
+    // queue.
+    caf::replies_to<status_atom>::with<group_report>>;
 
 } // namespace dualpath::actors

@@ -136,6 +136,9 @@ struct request_result {
   uint64_t bytes_pe_to_de = 0;
   uint64_t bytes_de_to_pe = 0;
   uint32_t blocks_persisted = 0; ///< Full Blocks persisted after decode.
+  /// Its storage reads (either side) and slot reservations that waited for
+  /// room in a node's DRAM buffer.
+  uint32_t buffer_waits = 0;
 };
 
 template <class Inspector>
@@ -144,7 +147,7 @@ typename Inspector::result_type inspect(Inspector& f, request_result& x) {
            x.ttft_ns, x.ttst_ns, x.tpot_ns, x.done_ns, x.bytes_read_pe,
            x.bytes_read_de, x.bytes_compute_net, x.blocks_verified,
            x.verify_failures, x.recomputed_blocks, x.reroutes, x.bytes_pe_to_de,
-           x.bytes_de_to_pe, x.blocks_persisted);
+           x.bytes_de_to_pe, x.blocks_persisted, x.buffer_waits);
 }
 
 /// An engine could not complete its attempt at a request: `id` is the id the
@@ -247,12 +250,14 @@ struct read_completion {
   uint64_t request_id = 0;
   std::vector<buffer_lease> leases;
   std::vector<block_hash> failed;
+  /// The read (or reservation) waited for room in the node's DRAM buffer.
+  bool waited_for_buffer = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, read_completion& x) {
   return f(caf::meta::type_name("read_completion"), x.request_id, x.leases,
-           x.failed);
+           x.failed, x.waited_for_buffer);
 }
 
 /// A node's storage read queue, in tokens and bytes, and queued requests.
@@ -300,150 +305,86 @@ typename Inspector::result_type inspect(Inspector& f, persist_batch& x) {
   return f(caf::meta::type_name("persist_batch"), x.hashes, x.parent, x.tokens);
 }
 
-// -- layer streaming
-// ------------------------------------------------------------
+// -- prefill and decode engines
+// ---------------------------------------------------------------
 
-/// Timings of one layer of one batch, in ns (0 = step absent on this path).
-struct layer_timing {
-  uint32_t layer = 0;
-  int64_t read_ns = 0;
-  int64_t transfer_ns = 0;
-  int64_t h2d_ns = 0;
-  int64_t compute_ns = 0;
-  int64_t send_ns = 0;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, layer_timing& x) {
-  return f(caf::meta::type_name("layer_timing"), x.layer, x.read_ns,
-           x.transfer_ns, x.h2d_ns, x.compute_ns, x.send_ns);
-}
-
-/// Where one request's Layer Blocks come from and go to during layerwise
-/// prefill: hit blocks in buffer leases (local or a decode node's), and the
-/// decode engine's buffer that receives the layer KV after each layer.
-struct stream_item {
-  uint64_t request_id = 0;
-  /// PE-side hit blocks (leases of this node's reader), blocks
-  /// [0, pe_side_blocks).
-  std::vector<buffer_lease> hits;
-  uint32_t miss_tokens = 0;
-  remote_region destination;
-  /// Prompt tokens (hit + miss).
-  uint32_t tokens = 0;
-  /// Leading Full Blocks whose KV is loaded, not computed (after read errors).
-  uint32_t hit_blocks = 0;
-  /// How many of them come from this node (the rest: pushed by the decode
-  /// engine from its buffer, DE read path).
-  uint32_t pe_side_blocks = 0;
-  /// The decode engine receiving the KV (a decode_engine_actor).
-  caf::actor decode_actor;
-  /// Hash of every block of the prompt, a trailing partial block included
-  /// (see actors/engines/kv_layout.hpp); the KV of miss tokens is computed from
-  /// these. Empty on a modeled data plane (no bytes to compute).
-  std::vector<block_hash> hashes;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, stream_item& x) {
-  return f(caf::meta::type_name("stream_item"), x.request_id, x.hits,
-           x.miss_tokens, x.destination, x.tokens, x.hit_blocks,
-           x.pe_side_blocks, x.decode_actor, x.hashes);
-}
-
-/// A batch to stream layer by layer with at most `window` layers resident.
-struct stream_plan {
-  uint64_t batch_id = 0;
-  uint32_t layers = 0;
-  uint32_t window = 2;
-  std::vector<stream_item> items;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, stream_plan& x) {
-  return f(caf::meta::type_name("stream_plan"), x.batch_id, x.layers, x.window,
-           x.items);
-}
-
-/// What the streamer measured for a batch.
-struct stream_report {
-  uint64_t batch_id = 0;
-  std::vector<layer_timing> layers;
-  uint64_t bytes_moved = 0;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, stream_report& x) {
-  return f(caf::meta::type_name("stream_report"), x.batch_id, x.layers,
-           x.bytes_moved);
-}
-
-// -- decode engine
-// --------------------------------------------------------------
-
-/// The decode engine's slot for one prompt's KV: the buffer region the prefill
-/// engine writes Layer Blocks into (layer-major, see transport/storage layout).
+/// The decode node's place for one prompt's KV, answered to the prefill
+/// engine's admit once the decode-side hit blocks are read: one region per
+/// block of the prompt (a trailing partial block included), each holding a
+/// Full Block payload ([layer][token in block][bpt], actors/engines/
+/// kv_layout.hpp). Decode-side hit blocks are the reader's buffers the read
+/// landed in; the others were reserved for the prefill engine to write.
+/// `failed` lists decode-side hit blocks the read could not deliver (they
+/// become misses). On a modeled data plane `blocks` is empty (no byte moves).
 struct decode_slot {
   uint64_t request_id = 0;
-  remote_region kv_buffer;
+  std::vector<remote_region> blocks;
+  std::vector<block_hash> failed;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, decode_slot& x) {
-  return f(caf::meta::type_name("decode_slot"), x.request_id, x.kv_buffer);
+  return f(caf::meta::type_name("decode_slot"), x.request_id, x.blocks,
+           x.failed);
 }
 
-/// A prefill engine's notice that layer `layer` of a request is in the decode
-/// engine's buffer (`bytes` moved for it).
-struct layer_ready {
+/// Tokens [first_token, first_token + tokens) of one request in one layer:
+/// written by the prefill engine into the decode node's buffer (layer_batch),
+/// or to be written by the decode node into a prefill GPU's staging
+/// (`destination`, push_batch).
+struct layer_chunk {
   uint64_t request_id = 0;
-  uint32_t layer = 0;
-  uint64_t bytes = 0;
-  /// Emulated time (ns since start) at which the sender's links finished
-  /// moving the bytes (0 = no bytes moved).
-  int64_t done_ns = 0;
-};
-
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, layer_ready& x) {
-  return f(caf::meta::type_name("layer_ready"), x.request_id, x.layer, x.bytes,
-           x.done_ns);
-}
-
-/// A prefill engine asks a decode engine to write `tokens` tokens of layer
-/// `layer` of a request's slot, from token `first_token` on (its DE-side hit
-/// blocks), into `destination` (the prefill engine's GPU staging region): one
-/// one-sided write over the bulk transport. Replied with a layer_ready once
-/// the write completed.
-struct layer_push {
-  uint64_t request_id = 0;
-  uint32_t layer = 0;
   uint32_t first_token = 0;
   uint32_t tokens = 0;
-  remote_region destination;
+  uint64_t bytes = 0;        ///< Real bytes moved for it (0: none moved).
+  remote_region destination; ///< push_batch only: where the tokens go.
 };
 
 template <class Inspector>
-typename Inspector::result_type inspect(Inspector& f, layer_push& x) {
-  return f(caf::meta::type_name("layer_push"), x.request_id, x.layer,
-           x.first_token, x.tokens, x.destination);
+typename Inspector::result_type inspect(Inspector& f, layer_chunk& x) {
+  return f(caf::meta::type_name("layer_chunk"), x.request_id, x.first_token,
+           x.tokens, x.bytes, x.destination);
 }
 
-/// A prefill engine's summary of a request it prefilled, sent to the decode
-/// engine before the last layer_ready: the hit blocks it actually used (read
-/// errors shrink them), how many planned hits were recomputed and the storage
-/// bytes (nominal) read on the prefill side.
+/// One layer of several requests, between one prefill node and one decode
+/// node. As `layer` (prefill -> decode): the chunks' KV of `layer` is in the
+/// decode node's buffer, the sender's links done moving it at `done_ns`. As
+/// `push` (prefill -> decode, replied with the same type): write the chunks'
+/// tokens of `layer` from the decode node's buffer to their destinations
+/// (the decode-side hits, and tokens computed by earlier chunks); the reply
+/// lists what moved, done on the decode node's links at `done_ns`.
+struct layer_batch {
+  uint32_t layer = 0;
+  /// Emulated ns since the start at which the sender's links finish moving
+  /// the bytes (0 = no bytes moved).
+  int64_t done_ns = 0;
+  std::vector<layer_chunk> chunks;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, layer_batch& x) {
+  return f(caf::meta::type_name("layer_batch"), x.layer, x.done_ns, x.chunks);
+}
+
+/// A prefill engine's summary of a request before it sends the request's
+/// first layer: the hit blocks it uses (read errors shrink them), how many
+/// planned hits are recomputed, the storage bytes (nominal) read on the
+/// prefill side, and how many blocks of the hits it reads itself (the rest
+/// are the decode node's own).
 struct prefill_summary {
   uint64_t request_id = 0;
   uint32_t hit_blocks = 0;
   uint32_t recomputed_blocks = 0;
   uint64_t bytes_read_pe = 0;
+  uint32_t pe_side_blocks = 0;
+  uint32_t buffer_waits = 0; ///< Its PE-side read waited for buffer room.
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, prefill_summary& x) {
   return f(caf::meta::type_name("prefill_summary"), x.request_id, x.hit_blocks,
-           x.recomputed_blocks, x.bytes_read_pe);
+           x.recomputed_blocks, x.bytes_read_pe, x.pe_side_blocks,
+           x.buffer_waits);
 }
 
 /// Leases handed back to a storage reader at once (one message for all the
@@ -455,6 +396,20 @@ struct lease_release {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, lease_release& x) {
   return f(caf::meta::type_name("lease_release"), x.lease_ids);
+}
+
+/// Reserve empty buffer slots for `blocks` Full Blocks of a request, the
+/// block indices `block_indices` of its prompt (what the prefill engine will
+/// write into the decode node's buffer). Served ahead of queued reads.
+struct reserve_request {
+  uint64_t request_id = 0;
+  std::vector<uint32_t> block_indices;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reserve_request& x) {
+  return f(caf::meta::type_name("reserve_request"), x.request_id,
+           x.block_indices);
 }
 
 // -- bulk transport endpoint

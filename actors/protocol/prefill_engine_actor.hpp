@@ -1,5 +1,8 @@
-// A prefill engine's interface: prefills assigned requests layer by layer (or
-// all at once in Basic mode) and streams each layer's KV to the decode engine.
+// A prefill node's interface: one engine drives every GPU of a prefill node
+// (one expert-parallel group; each GPU is one engine to the scheduler, rank
+// r of the node). It reads the PE-side hit blocks of its requests, steps its
+// GPUs together layer by layer, and streams each layer's KV to the decode
+// nodes.
 #pragma once
 
 #include <caf/typed_actor.hpp>
@@ -9,10 +12,11 @@
 namespace dualpath::actors {
 
 using prefill_engine_actor = caf::typed_actor<
-    // Prefill a batch of assignments; replies when every layer's KV has been
-    // sent to the decode engines.
-    caf::replies_to<prefill_atom, work_batch>::with<stream_report>,
-    // The engine's current seq_e / tok_e / read queue / free HBM.
-    caf::replies_to<status_atom>::with<engine_load>>;
+    // Requests the scheduler placed on this node's GPUs (assignment.prefill
+    // names the GPU); their PE-side reads start now.
+    caf::reacts_to<prefill_atom, work_batch>,
+    // The loads of the node's GPUs (seq_e, tok_e, free HBM) and its read
+    // queue.
+    caf::replies_to<status_atom>::with<group_report>>;
 
 } // namespace dualpath::actors

@@ -19,6 +19,10 @@ using storage_reader_actor = caf::typed_actor<
     // Read Full Blocks into the buffer pool; failed blocks are listed, not
     // fatal.
     caf::replies_to<read_atom, read_request>::with<read_completion>,
+    // Reserve empty buffer slots for the listed blocks of a request (ahead
+    // of queued reads, never limited by the read cap): leases whose slots
+    // the caller fills.
+    caf::replies_to<reserve_atom, reserve_request>::with<read_completion>,
     // Return a lease's buffer space to the pool.
     caf::reacts_to<release_atom, uint64_t>,
     // Return many leases at once (what a finished read's user does).

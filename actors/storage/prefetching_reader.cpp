@@ -218,6 +218,12 @@ impl::behavior_type prefetching_reader(self_ptr self,
                 });
         return rp;
       },
+      [self](reserve_atom,
+             reserve_request& req) -> caf::result<read_completion> {
+        // Reservations are the inner reader's (the prefetcher keeps none).
+        return self->delegate(self->state.inner, reserve_atom_v,
+                              std::move(req));
+      },
       [self](release_atom, uint64_t lease_id) {
         self->send(self->state.inner, release_atom_v, lease_id);
       },

@@ -121,6 +121,7 @@ struct pending_read {
   std::vector<buffer_lease> runs;
   std::vector<block_hash> failed;
   caf::actor_clock::time_point accepted_at{}; // for the timeline
+  bool waited = false; // a block found the buffer full (or reserved ahead)
 };
 
 struct reader_state {
@@ -134,14 +135,26 @@ struct reader_state {
   // every lease of it (from 1), which makes ids unique per slot and a stale
   // or repeated release a mismatch; `leased` marks the slots leased now.
   std::vector<uint32_t> lease_gen;
-  std::vector<uint8_t> leased;
-  size_t leases = 0; // slots leased now
+  std::vector<uint8_t> leased; // 0: free, 1: a read's, 2: a reservation's
+  size_t leases = 0;           // slots leased now
+  uint32_t read_held = 0;      // slots (places) held by reads: <= read_cap
+  // Reservations waiting for room (served before any queued read).
+  struct waiting_reserve {
+    reserve_request req;
+    caf::typed_response_promise<read_completion> rp;
+    bool waited = false; // found too little room when it arrived
+  };
+  std::deque<waiting_reserve> reserves;
   // lease_runs: the places (slots) taken from the pool's capacity by
   // modeled reads, and the run leases (id -> blocks). A run lease id has
   // the top bit set; a reader with lease_runs hands out no slot leases, so
   // release() tells them apart by the config, not by the bit.
   uint32_t run_places = 0;
-  std::unordered_map<uint64_t, uint32_t> runs;
+  struct run_places_of {
+    uint32_t blocks = 0;
+    bool read = true; // a read's run (else a reservation's)
+  };
+  std::unordered_map<uint64_t, run_places_of> runs;
   uint64_t next_run = 1;
   std::vector<uint8_t> present; // pump_modeled's scratch
   uint64_t next_id = 1;
@@ -218,15 +231,32 @@ bool by_block_index(const buffer_lease& x, const buffer_lease& y) {
 
 constexpr uint64_t run_lease_bit = uint64_t{1} << 63;
 
-// A pool place for one block of a modeled read: a slot, or with lease_runs
-// a place counted against the pool's capacity (slot 0, unused).
-std::optional<uint32_t> acquire_place(reader_state& st) {
-  if (!st.cfg.lease_runs)
-    return st.cfg.pool->acquire();
-  if (st.run_places >= st.cfg.pool->slots())
+// Slots reads may hold.
+uint32_t read_cap(const reader_state& st) {
+  auto slots = st.cfg.pool->slots();
+  return st.cfg.read_cap == 0 ? slots : std::min(st.cfg.read_cap, slots);
+}
+
+// A pool place for one block: a slot, or with lease_runs a place counted
+// against the pool's capacity (slot 0, unused). Reads stay within their cap.
+std::optional<uint32_t> acquire_place(reader_state& st, bool for_read) {
+  if (for_read && st.read_held >= read_cap(st))
     return std::nullopt;
-  ++st.run_places;
-  return 0;
+  std::optional<uint32_t> slot;
+  if (!st.cfg.lease_runs) {
+    slot = st.cfg.pool->acquire();
+  } else if (st.run_places < st.cfg.pool->slots()) {
+    ++st.run_places;
+    slot = 0;
+  }
+  if (slot && for_read)
+    ++st.read_held;
+  return slot;
+}
+
+// A place of a read given back (a failed block, a released lease).
+void drop_read_place(reader_state& st) {
+  st.read_held -= std::min<uint32_t>(st.read_held, 1);
 }
 
 void finish_read(self_ptr self, uint64_t request) {
@@ -235,6 +265,7 @@ void finish_read(self_ptr self, uint64_t request) {
   auto& p = i->second;
   read_completion done;
   done.request_id = p.req.request_id;
+  done.waited_for_buffer = p.waited;
   if (st.cfg.lease_runs) {
     // Runs complete in issue order (one NIC, paced in order), so they are
     // in block order already; sorted in case a pacer ever reorders.
@@ -280,6 +311,17 @@ std::pair<uint64_t, pending_read*> next_to_issue(reader_state& st) {
   return {0, nullptr};
 }
 
+// The read at the queue's front found no room in the buffer: it waits for a
+// release (counted once per read).
+void note_wait(reader_state& st) {
+  auto [rid, p] = next_to_issue(st);
+  if (p == nullptr || p->waited)
+    return;
+  p->waited = true;
+  if (auto& h = st.cfg.hooks)
+    h->count("dualpath_reader_buffer_waits_total", {{"node", st.cfg.node}});
+}
+
 // pump() for modeled reads without I/O threads (a simulation): the blocks
 // of one request issued together become one job, completed by a single
 // paced message at the last block's time instead of two messages per block.
@@ -315,9 +357,11 @@ void pump_modeled(self_ptr self) {
     st.cfg.store->contains(p.req.blocks.data() + first, n, st.present.data());
     job->parts.reserve(n);
     while (p.next < first + n) {
-      auto slot = acquire_place(st);
-      if (!slot)
+      auto slot = acquire_place(st, true);
+      if (!slot) {
+        note_wait(st);
         break; // back-pressure: wait for a release
+      }
       io_job::part part;
       part.index = p.next++;
       part.hash = p.req.blocks[part.index];
@@ -337,9 +381,83 @@ void pump_modeled(self_ptr self) {
   }
 }
 
-// Issues blocks in FIFO order while slots and in-flight budget last.
+// Serves waiting reservations in order while the pool has room for the
+// whole of the next one (a reservation is never served in part).
+void serve_reserves(self_ptr self) {
+  auto& st = self->state;
+  while (!st.reserves.empty()) {
+    auto& [req, rp, waited] = st.reserves.front();
+    auto n = static_cast<uint32_t>(req.block_indices.size());
+    auto free_places = st.cfg.lease_runs
+                           ? st.cfg.pool->slots() - st.run_places
+                           : st.cfg.pool->slots() - st.cfg.pool->in_use();
+    if (free_places < n) {
+      if (!waited) {
+        waited = true;
+        if (auto& h = st.cfg.hooks)
+          h->count("dualpath_reader_buffer_waits_total",
+                   {{"node", st.cfg.node}});
+      }
+      return; // wait for releases
+    }
+    read_completion done;
+    done.request_id = req.request_id;
+    done.waited_for_buffer = waited;
+    if (st.cfg.lease_runs) {
+      st.run_places += n;
+      st.leases += n;
+      for (size_t k = 0; k < req.block_indices.size(); ++k) {
+        auto idx = req.block_indices[k];
+        if (!done.leases.empty()
+            && done.leases.back().block_index + done.leases.back().blocks
+                   == idx) {
+          ++done.leases.back().blocks;
+          continue;
+        }
+        buffer_lease run;
+        run.lease_id = run_lease_bit | st.next_run++;
+        run.block_index = idx;
+        run.blocks = 1;
+        done.leases.push_back(run);
+      }
+      for (auto& l : done.leases)
+        st.runs.emplace(l.lease_id,
+                        reader_state::run_places_of{l.blocks, false});
+    } else {
+      auto& pool = *st.cfg.pool;
+      for (auto idx : req.block_indices) {
+        auto slot = pool.acquire(); // room was checked above
+        buffer_lease lease;
+        lease.lease_id = (uint64_t{++st.lease_gen[*slot]} << 32) | *slot;
+        lease.block_index = idx;
+        lease.region = remote_region{st.cfg.node,
+                                     st.cfg.region_id,
+                                     st.cfg.region_key,
+                                     reinterpret_cast<uint64_t>(pool.base()),
+                                     pool.offset_of(*slot)
+                                         + transport::storage::header_bytes,
+                                     payload_bytes(st)};
+        st.leased[*slot] = 2;
+        ++st.leases;
+        done.leases.push_back(std::move(lease));
+      }
+    }
+    observe_buffer(st);
+    auto promise = std::move(rp);
+    st.reserves.pop_front();
+    promise.deliver(std::move(done));
+  }
+}
+
+// Issues blocks in FIFO order while slots and in-flight budget last (after
+// the reservations, which go first).
 void pump(self_ptr self) {
   auto& st = self->state;
+  serve_reserves(self);
+  if (!st.reserves.empty()) {
+    note_wait(st);
+    return; // a waiting reservation takes the next free slots
+  }
   if (st.cfg.modeled_reads && !st.workers) {
     pump_modeled(self);
     return;
@@ -349,9 +467,11 @@ void pump(self_ptr self) {
     if (next == nullptr)
       return;
     auto& p = *next;
-    auto slot = st.cfg.pool->acquire();
-    if (!slot)
+    auto slot = acquire_place(st, true);
+    if (!slot) {
+      note_wait(st);
       return; // back-pressure: wait for a release
+    }
     auto job = std::make_shared<io_job>();
     job->kind = io_job::read;
     job->request = rid;
@@ -391,6 +511,7 @@ void complete_block(self_ptr self, uint64_t request, size_t index,
   auto& counters = st.cfg.counters;
   if (err) {
     st.cfg.pool->release(slot);
+    drop_read_place(st);
     if (counters)
       ++counters->blocks_failed;
     if (auto& h = st.cfg.hooks)
@@ -441,6 +562,7 @@ void complete_run(self_ptr self, io_job& job) {
   for (auto& part : job.parts) {
     if (part.err) {
       --st.run_places;
+      drop_read_place(st);
       p.failed.push_back(part.hash);
       run = nullptr;
       if (counters)
@@ -471,7 +593,8 @@ void complete_run(self_ptr self, io_job& job) {
   }
   // Runs end with the job: a run's places are freed together.
   for (auto k = before; k < p.runs.size(); ++k)
-    st.runs.emplace(p.runs[k].lease_id, p.runs[k].blocks);
+    st.runs.emplace(p.runs[k].lease_id,
+                    reader_state::run_places_of{p.runs[k].blocks, true});
   if (h)
     observe_buffer(st);
   p.finished += job.parts.size();
@@ -487,8 +610,10 @@ bool release(reader_state& st, uint64_t lease_id) {
     auto i = st.runs.find(lease_id);
     if (i == st.runs.end())
       return false;
-    st.run_places -= i->second;
-    st.leases -= i->second;
+    st.run_places -= i->second.blocks;
+    st.leases -= i->second.blocks;
+    if (i->second.read)
+      st.read_held -= std::min(st.read_held, i->second.blocks);
     st.runs.erase(i);
     observe_buffer(st);
     return true;
@@ -497,6 +622,8 @@ bool release(reader_state& st, uint64_t lease_id) {
   if (slot >= st.leased.size() || !st.leased[slot]
       || st.lease_gen[slot] != (lease_id >> 32))
     return false;
+  if (st.leased[slot] == 1)
+    drop_read_place(st);
   st.leased[slot] = 0;
   --st.leases;
   st.cfg.pool->release(slot);
@@ -533,11 +660,13 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
   return {
       [self](read_atom, read_request& req) -> caf::result<read_completion> {
         auto& st = self->state;
-        if (req.blocks.size() > st.cfg.pool->slots())
-          return caf::make_error(storage_errc::over_budget,
-                                 std::to_string(req.blocks.size())
-                                     + " blocks exceed a pool of "
-                                     + std::to_string(st.cfg.pool->slots()));
+        if (req.blocks.size() > read_cap(st))
+          return caf::make_error(
+              storage_errc::over_budget,
+              std::to_string(req.blocks.size())
+                  + " blocks exceed the reads' share of "
+                  + std::to_string(read_cap(st)) + " of a pool of "
+                  + std::to_string(st.cfg.pool->slots()) + " slots");
         if (req.blocks.empty()) {
           read_completion done;
           done.request_id = req.request_id;
@@ -557,6 +686,26 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
         observe_queue(st);
         st.reads.emplace(id, std::move(p));
         st.fifo.push_back(id);
+        pump(self);
+        return rp;
+      },
+      [self](reserve_atom,
+             reserve_request& req) -> caf::result<read_completion> {
+        auto& st = self->state;
+        if (req.block_indices.size() > st.cfg.pool->slots())
+          return caf::make_error(
+              storage_errc::over_budget,
+              "reserving " + std::to_string(req.block_indices.size())
+                  + " blocks exceeds a pool of "
+                  + std::to_string(st.cfg.pool->slots()) + " slots");
+        if (req.block_indices.empty()) {
+          read_completion done;
+          done.request_id = req.request_id;
+          return done;
+        }
+        auto rp = self->make_response_promise<read_completion>();
+        st.reserves.push_back(
+            reader_state::waiting_reserve{std::move(req), rp});
         pump(self);
         return rp;
       },

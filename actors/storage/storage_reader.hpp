@@ -9,6 +9,14 @@
 //   the bulk transport registers it once). When every slot is leased, reads
 //   wait until a release: memory never grows beyond the budget. A request
 //   needing more slots than the pool has fails with over_budget.
+// - The pool is the node's DRAM buffer, shared by reads and reservations:
+//   `reserve` takes empty slots for blocks a caller will fill (the decode
+//   node's place for the KV a prefill engine sends), served ahead of queued
+//   reads; reads may hold at most `read_cap` slots, so the rest (the
+//   headroom) is always left to reservations. With every read's leases held
+//   until its request completes, a cap of pool - headroom, headroom >= the
+//   largest reservation, keeps reads from starving reservations (see
+//   actors/engines/decode/decode_engine.hpp for the whole argument).
 // - Completions carry buffer_lease descriptors (remote_region of the pool:
 //   node, region id, key, base address, offset of the Full Block payload);
 //   never bytes. A lease holds its slot until release_atom.
@@ -83,6 +91,9 @@ struct storage_reader_config {
   /// min(io_threads, max_inflight). 0 = inline I/O (deterministic tests only).
   uint32_t io_threads = 4;
   uint32_t max_inflight = 8; ///< Blocks read at once (disk queue depth).
+  /// Slots reads may hold at once (issued and leased); 0: the whole pool.
+  /// A read needing more fails with over_budget.
+  uint32_t read_cap = 0;
   /// Modeled data plane (simulation): a read only checks that the store
   /// indexes the block (a missing one fails as usual); no byte lands in the
   /// pool. Timing is unchanged (the NIC is paced either way).

@@ -272,21 +272,13 @@ int raw_status(uint16_t port, const std::string& request) {
 
 std::vector<std::string> small_run(const temp_dir& dir,
                                    std::vector<std::string> extra) {
-  std::vector<std::string> args{dualpath_binary(),
-                                "run",
-                                "--quiet",
-                                "--agents",
-                                "4",
-                                "--prefill-nodes",
-                                "1",
-                                "--decode-nodes",
-                                "1",
-                                "--set",
-                                "hardware.gpus_per_node=2",
-                                "--byte-scale",
-                                "656",
-                                "--store-dir",
-                                dir.file("store")};
+  std::vector<std::string> args{
+      dualpath_binary(), "run", "--quiet", "--agents", "4", "--prefill-nodes",
+      "1", "--decode-nodes", "1", "--set", "hardware.gpus_per_node=2",
+      // Two-GPU nodes hold a 37e9-parameter
+      // model's weights, not DS-660B's.
+      "--set", "model.total_params=37e9", "--byte-scale", "656", "--store-dir",
+      dir.file("store")};
   args.insert(args.end(), extra.begin(), extra.end());
   return args;
 }

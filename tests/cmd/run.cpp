@@ -26,23 +26,13 @@ namespace {
 // byte scale 656 = one real byte per token and layer of ds-660b's KV.
 std::vector<std::string> small_run(const temp_dir& dir,
                                    std::vector<std::string> extra) {
-  std::vector<std::string> args{dualpath_binary(),
-                                "run",
-                                "--quiet",
-                                "--agents",
-                                "6",
-                                "--prefill-nodes",
-                                "1",
-                                "--decode-nodes",
-                                "1",
-                                "--set",
-                                "hardware.gpus_per_node=2",
-                                "--byte-scale",
-                                "656",
-                                "--time-scale",
-                                "20",
-                                "--store-dir",
-                                dir.file("store")};
+  std::vector<std::string> args{
+      dualpath_binary(), "run", "--quiet", "--agents", "6", "--prefill-nodes",
+      "1", "--decode-nodes", "1", "--set", "hardware.gpus_per_node=2",
+      // Two-GPU nodes hold a 37e9-parameter
+      // model's weights, not DS-660B's.
+      "--set", "model.total_params=37e9", "--byte-scale", "656", "--time-scale",
+      "20", "--store-dir", dir.file("store")};
   args.insert(args.end(), extra.begin(), extra.end());
   if (std::find(extra.begin(), extra.end(), "--turns") == extra.end()) {
     args.emplace_back("--turns");
@@ -133,8 +123,9 @@ TEST_CASE("every mode completes with every block verified") {
 
 TEST_CASE("one GPU per node: the lone engines still fetch and report") {
   temp_dir dir;
-  auto doc = run_json(dir, {"--mode", "dualpath", "--set",
-                            "hardware.gpus_per_node=1", "--turns", "1"});
+  auto doc =
+      run_json(dir, {"--mode", "dualpath", "--set", "hardware.gpus_per_node=1",
+                     "--set", "model.total_params=37e9", "--turns", "1"});
   auto& m = doc["modes"]["dualpath"];
   CHECK(m["failed_requests"].get<int>() == 0);
   CHECK(m["requests"].get<int>() == doc["requests_per_mode"].get<int>());

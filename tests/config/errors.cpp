@@ -116,7 +116,7 @@ TEST_CASE("invalid choice") {
   CHECK(f.code == config_errc::invalid_choice);
   CHECK(has(f.message, "\"spdk\""));
   CHECK(has(f.message, "one of auto, io_uring, pread"));
-  f = fails_file("[engines]\nmode = \"fast\"\n");
+  f = fails_file("[storage]\nreader = \"fast\"\n");
   CHECK(f.code == config_errc::invalid_choice);
 }
 

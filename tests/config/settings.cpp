@@ -198,12 +198,13 @@ TEST_CASE("sizes are checked against what the process can hold") {
   CHECK(m.find("'storage.block_tokens' = 2147483647 (--set) asks for one KV "
                "block file of 122.0 GiB")
         != std::string::npos);
-  // Fits alone, but the reader pool must hold 64 of them.
-  m = message({"storage.block_tokens=50000000"});
+  // Fits alone (12.2 GB), but a node's buffer must hold four of them (two
+  // longest prompts of one block each, plus two).
+  m = message({"storage.block_tokens=200000000"});
   CHECK(m.find("'storage.block_tokens'") != std::string::npos);
-  CHECK(m.find("a storage reader's buffer pool") != std::string::npos);
-  m = message({"storage.buffer_mib=999999999999"});
-  CHECK(m.find("'storage.buffer_mib'") != std::string::npos);
+  CHECK(m.find("a node's DRAM buffer") != std::string::npos);
+  m = message({"hardware.dram_buffer_gib=99999999"});
+  CHECK(m.find("'hardware.dram_buffer_gib'") != std::string::npos);
   m = message({"transport.max_frame_mib=99999999999"});
   CHECK(m.find("'transport.max_frame_mib'") != std::string::npos);
   m = message({"workload.agents=2000000000"});

@@ -171,3 +171,116 @@ TEST_CASE("compute model: presets and validation") {
   slow.compute_efficiency = 0.4;
   CHECK(validate(slow).empty());
 }
+
+namespace {
+
+// A toy model whose numbers are easy to work by hand: 2 layers, linear
+// FLOPs 2 * active / layers per token, attention 2 * 1 * (1 + 1) = 4 FLOPs
+// per (query, key) pair, 100 B of KV per token per layer.
+model_shape toy(double active_params) {
+  model_shape m;
+  m.name = "toy";
+  m.layers = 2;
+  m.active_params = active_params;
+  m.attention_heads = 1;
+  m.qk_head_dim = 1;
+  m.v_head_dim = 1;
+  m.kv_bytes_per_token_layer = 100;
+  return m;
+}
+
+// 1 TFLOP/s, 1 GB/s of HBM, both fully achieved.
+gpu_rate toy_gpu() {
+  return gpu_rate{"toy", 1.0, 1.0, 0.001, 1.0, 0};
+}
+
+} // namespace
+
+TEST_CASE("efficiency curve: linear between points, flat after, constant "
+          "time below") {
+  efficiency_curve c{{{300, 0.4}, {1500, 0.8}, {6000, 1.0}}};
+  CHECK(validate(c).empty());
+  CHECK_EQ(c.at(300), doctest::Approx(0.4));
+  CHECK_EQ(c.at(900), doctest::Approx(0.6));
+  CHECK_EQ(c.at(1500), doctest::Approx(0.8));
+  CHECK_EQ(c.at(3750), doctest::Approx(0.9));
+  CHECK_EQ(c.at(60000), doctest::Approx(1.0));
+  // 150 tokens take as long as 300 do: half the efficiency.
+  CHECK_EQ(c.at(150), doctest::Approx(0.2));
+  CHECK_EQ(efficiency_curve{}.at(7), 1.0);
+  CHECK_FALSE(validate(efficiency_curve{{{300, 0.4}, {200, 0.8}}}).empty());
+  CHECK_FALSE(validate(efficiency_curve{{{300, 1.2}}}).empty());
+}
+
+TEST_CASE("a prefill step's layer lasts as long as its slowest GPU") {
+  auto m = toy(2e9); // 2e9 linear FLOPs per token per layer
+  group_params p;
+  p.routed_share = 0.5;
+  p.layer_overhead_s = 0.001;
+  // GPU 0: 10 new tokens over 1000 cached: 10 * 1000 + 10 * 11 / 2 = 10055
+  // pairs = 40220 attention FLOPs; GPU 1: 2 new tokens, 3 pairs = 12 FLOPs.
+  // Routed experts: 0.5 * 2e9 * 12 tokens / 2 GPUs = 6e9 FLOPs on each.
+  // GPU 0: (6e9 + 0.5 * 2e9 * 10 + 40220) / 1e12 = 0.01600004022 s
+  // GPU 1: (6e9 + 0.5 * 2e9 * 2 + 12) / 1e12 = 0.008000000012 s
+  auto step =
+      prefill_step_layer_time(m, toy_gpu(), p, {{{1000, 10}}, {{0, 2}}});
+  REQUIRE_EQ(step.gpu_s.size(), 2u);
+  CHECK_EQ(step.gpu_s[0], doctest::Approx(0.01600004022).epsilon(1e-12));
+  CHECK_EQ(step.gpu_s[1], doctest::Approx(0.008000000012).epsilon(1e-12));
+  CHECK_EQ(step.slowest_s, step.gpu_s[0]);
+  CHECK_EQ(step.layer_s, doctest::Approx(0.01700004022).epsilon(1e-12));
+  // An idle GPU still computes its share of the routed experts, and the
+  // group's layer is the slowest GPU's whichever GPU holds the big batch.
+  auto idle = prefill_step_layer_time(m, toy_gpu(), p, {{}, {{1000, 10}}});
+  CHECK_EQ(idle.gpu_s[0], doctest::Approx(0.5 * 2e9 * 10 / 2 / 1e12));
+  CHECK_EQ(idle.layer_s,
+           doctest::Approx((5e9 + 1e10 + 40220) / 1e12 + 0.001).epsilon(1e-12));
+  // The efficiency curve: GPU 1's 2 tokens run at 2/10 of the peak.
+  p.curve = efficiency_curve{{{10, 1.0}}};
+  auto curved =
+      prefill_step_layer_time(m, toy_gpu(), p, {{{1000, 10}}, {{0, 2}}});
+  // Routed part at curve(6 tokens) = 0.6: 6e9 / 0.6e12 = 0.01 s.
+  CHECK_EQ(curved.gpu_s[0], doctest::Approx(0.01 + 0.01000004022));
+  CHECK_EQ(curved.gpu_s[1], doctest::Approx(0.01 + (2e9 + 12) / 0.2e12));
+  CHECK_EQ(prefill_step_layer_time(m, toy_gpu(), p, {{}, {}}).layer_s, 0.0);
+}
+
+TEST_CASE("a decode step: roofline of weights and KV reads against FLOPs") {
+  auto m = toy(2e6); // 2e6 linear FLOPs per token per layer
+  group_params p;
+  p.weight_bytes_per_gpu = 1e6; // 5e5 B per layer
+  p.layer_overhead_s = 1e-4;
+  // Batch 1, context 999: 1000 keys, KV read 1000 * 100 = 1e5 B; memory
+  // (5e5 + 1e5) / 1e9 = 6e-4 s; compute (2e6 + 4 * 1000) / 1e12 = 2.004e-6
+  // s: memory-bound. Layer 6e-4 + 1e-4 = 7e-4 s, TPOT 2 layers = 1.4e-3 s.
+  auto one = decode_group_step_time(m, toy_gpu(), p, {{999}});
+  CHECK_EQ(one.gpus[0].memory_s, doctest::Approx(6e-4));
+  CHECK_EQ(one.gpus[0].compute_s, doctest::Approx(2.004e-6));
+  CHECK_EQ(one.layer_s, doctest::Approx(7e-4));
+  CHECK_EQ(one.tpot_s, doctest::Approx(1.4e-3));
+  // Batch 4 of the same: KV 4e5 B, memory 9e-4 s; layer 1e-3, TPOT 2e-3 s:
+  // TPOT grows with the batch, the weights are read once for all.
+  auto four = decode_group_step_time(m, toy_gpu(), p, {{999, 999, 999, 999}});
+  CHECK_EQ(four.gpus[0].memory_s, doctest::Approx(9e-4));
+  CHECK_EQ(four.tpot_s, doctest::Approx(2e-3));
+  // A group step lasts as long as its slowest GPU: GPU 1 with the batch of
+  // 4 sets it although GPU 0 decodes a single sequence.
+  auto both =
+      decode_group_step_time(m, toy_gpu(), p, {{999}, {999, 999, 999, 999}});
+  CHECK_EQ(both.tpot_s, doctest::Approx(2e-3));
+  // Compute-bound at a large batch of short contexts: 1000 sequences of
+  // context 0 (1 key each): KV 1000 * 100 B; memory (5e5 + 1e5) / 1e9 =
+  // 6e-4 s; compute 1000 * (2e6 + 4) / 1e12 = 2.000004e-3 s.
+  auto wide =
+      decode_group_step_time(m, toy_gpu(), p, {std::vector<uint64_t>(1000, 0)});
+  CHECK_EQ(wide.gpus[0].compute_s, doctest::Approx(2.000004e-3));
+  CHECK_EQ(wide.layer_s, doctest::Approx(2.000004e-3 + 1e-4));
+  // Sparse attention reads the top-k keys plus every key's indexer entry.
+  auto s = m;
+  s.sparse_topk = 100;
+  s.indexer_heads = 1;
+  s.indexer_dim = 8;
+  auto sparse = decode_group_step_time(s, toy_gpu(), p, {{999}});
+  // KV: 100 * 100 B + 1000 * 8 B = 18000 B; memory (5e5 + 18000) / 1e9.
+  CHECK_EQ(sparse.gpus[0].memory_s, doctest::Approx(5.18e-4));
+}

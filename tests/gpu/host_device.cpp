@@ -266,3 +266,41 @@ TEST_CASE("errors render with the gpu category") {
   MESSAGE(text);
   CHECK(text.find("gpu: budget_exceeded") != std::string::npos);
 }
+
+TEST_CASE("one registration serves every device of a backend") {
+  // The decode node's buffer is registered once and copied from by every
+  // GPU of the node: a device takes another's registration without
+  // registering again, and dropping its handle leaves the owner's intact.
+  auto a = make_host(1 << 20);
+  auto b = make_host(1 << 20);
+  std::vector<std::byte> host(4096);
+  for (size_t i = 0; i < host.size(); ++i)
+    host[i] = static_cast<std::byte>(i * 7);
+  auto pinned = a->pin(host.data(), host.size());
+  REQUIRE(pinned);
+  auto shared = b->share_pinned(*pinned);
+  REQUIRE(shared);
+  CHECK(shared->owner() == b.get());
+  CHECK(shared->data() == pinned->data());
+  auto buf = b->allocate(1024);
+  REQUIRE(buf);
+  auto s = b->make_stream();
+  REQUIRE(s);
+  REQUIRE_FALSE(b->copy_h2d(*shared, *buf, {copy_chunk{512, 0, 1024}}, *s));
+  REQUIRE_FALSE(b->synchronize(*s));
+  std::vector<std::byte> back(1024);
+  auto p = b->pin(back.data(), back.size());
+  REQUIRE(p);
+  REQUIRE_FALSE(b->copy_d2h(*buf, *p, {copy_chunk{0, 0, 1024}}, *s));
+  REQUIRE_FALSE(b->synchronize(*s));
+  CHECK(std::equal(back.begin(), back.end(), host.begin() + 512));
+  // The shared handle goes; the owner's registration still copies.
+  shared->reset();
+  auto buf2 = a->allocate(64);
+  auto s2 = a->make_stream();
+  REQUIRE(buf2);
+  REQUIRE(s2);
+  CHECK_FALSE(a->copy_h2d(*pinned, *buf2, {copy_chunk{0, 0, 64}}, *s2));
+  // An empty registration is refused.
+  CHECK_FALSE(b->share_pinned(pinned_host{}));
+}

@@ -2,8 +2,8 @@
 // ctest-links: actors_storage
 // What the engines share: a storage read through read_blocks yields the
 // reader's completion when it answers, and every block as failed (a miss to
-// recompute) when the reader fails as a whole; the group-leader test; the
-// byte units of an engine's model.
+// recompute) when the reader fails as a whole; one GPU's load report; the
+// byte units of an engine's model; each mode's read plan.
 #include <doctest/doctest.h>
 
 #include <future>
@@ -93,22 +93,23 @@ TEST_CASE("read_blocks: the reader's answer, or every block failed") {
   CHECK(gone.failed == rr.blocks);
 }
 
-TEST_CASE("the group leader: rank 0 with a scheduler, also alone") {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{cfg};
+TEST_CASE("one GPU's load: its rank on the node, the node's read queue") {
   engine_config c;
-  c.id.rank = 0;
-  CHECK_FALSE(leads_group(c)); // no scheduler to talk to
-  c.scheduler = sys.spawn([] {});
-  CHECK_FALSE(leads_group(c)); // rank 0 of no group: not flagged
-  c.group_leader = true;
-  CHECK(leads_group(c)); // one GPU per node: the only member leads
-  c.group_leader = false;
-  c.group_members.push_back(c.scheduler);
-  CHECK(leads_group(c));
-  c.id.rank = 1;
-  c.group_members.clear();
-  CHECK_FALSE(leads_group(c));
+  c.role = engine_role::decode;
+  c.node = std::make_shared<node_resources>();
+  c.node->name = "de3";
+  CHECK_EQ(read_queue_of(c).tokens, 0u); // no board: nothing published
+  c.node->loads = std::make_shared<load_board>();
+  c.node->loads->publish_read_queue(read_queue_status{640, 65536, 2});
+  auto x = lane_load(c, 5, 2, 900, 1234);
+  CHECK(x.engine == engine_id{"de3", engine_role::decode, 5});
+  CHECK_EQ(x.seq, 2u);
+  CHECK_EQ(x.tok, 900u);
+  CHECK_EQ(x.free_hbm_bytes, 1234u);
+  auto q = read_queue_of(c);
+  CHECK_EQ(q.tokens, 640u);
+  CHECK_EQ(q.bytes, 65536u);
+  CHECK_EQ(q.requests, 2u);
 }
 
 TEST_CASE("byte units and the modes that move KV") {
@@ -126,4 +127,22 @@ TEST_CASE("byte units and the modes that move KV") {
   c.mode = load_mode::oracle;
   CHECK_FALSE(moves_bytes(c));
   CHECK_FALSE(copies_bytes(c));
+}
+
+TEST_CASE("each mode applies its own read plan") {
+  read_plan scheduled{5, 2};
+  auto basic = plan_for(load_mode::basic, scheduled, 10);
+  CHECK_EQ(basic.hit_blocks, 5u);
+  CHECK_EQ(basic.pe_side_blocks, 5u);
+  auto layerwise = plan_for(load_mode::layerwise, scheduled, 10);
+  CHECK_EQ(layerwise.pe_side_blocks, 5u);
+  auto dual = plan_for(load_mode::dualpath, scheduled, 10);
+  CHECK_EQ(dual.hit_blocks, 5u);
+  CHECK_EQ(dual.pe_side_blocks, 2u);
+  auto oracle = plan_for(load_mode::oracle, scheduled, 10);
+  CHECK_EQ(oracle.pe_side_blocks, 0u);
+  // Hits never exceed the prompt's full blocks, nor PE-side the hits.
+  auto clamped = plan_for(load_mode::dualpath, read_plan{9, 12}, 3);
+  CHECK_EQ(clamped.hit_blocks, 3u);
+  CHECK_EQ(clamped.pe_side_blocks, 3u);
 }

@@ -1,8 +1,8 @@
 // ctest-label: engines
 // coarsen() (`sim.layers_per_step`) and the compute model seen through an
 // engine's config: k layers per step keep a token's KV bytes over the model
-// (to the byte per step) and a prefill's total compute time, leave decode
-// untouched, and k = 1 changes nothing.
+// (to the byte per step) and a group prefill step's total compute time
+// (overhead included), leave decode untouched, and k = 1 changes nothing.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -27,8 +27,12 @@ engine_config ds_660b_engine() {
   c.model.attn_topk = m.sparse_topk;
   c.model.indexer_heads = m.indexer_heads;
   c.model.indexer_dim = m.indexer_dim;
-  c.gpu_flops = 989e12 * 0.5;
-  c.hbm_bandwidth = 4.8e12;
+  c.gpu = dualpath::gpu::h200(0.5, 1.0);
+  c.group_model.routed_share = 0.6;
+  c.group_model.layer_overhead_s = 30e-6;
+  c.group_model.weight_bytes_per_gpu = 21e9;
+  c.group_model.curve = dualpath::gpu::efficiency_curve{
+      {{300, 0.345}, {1500, 0.862}, {3000, 1.0}}};
   return c;
 }
 
@@ -37,9 +41,10 @@ engine_config ds_660b_engine() {
 TEST_CASE("coarse steps keep bytes and compute, not the step count") {
   auto fine = ds_660b_engine();
   REQUIRE(fine.model.layers == 61);
-  std::vector<dualpath::gpu::sequence_shape> batch{{30'000, 500},
-                                                   {12'000, 2'000}};
-  auto fine_total = fine.model.layers * prefill_layer_seconds(fine, batch);
+  // Two GPUs of a group, the second with a smaller batch.
+  std::vector<std::vector<dualpath::gpu::sequence_shape>> batch{
+      {{30'000, 500}, {12'000, 2'000}}, {{8'000, 400}}};
+  auto fine_total = fine.model.layers * prefill_step_layer(fine, batch).layer_s;
   for (uint32_t k : {2u, 4u, 8u, 61u, 100u}) {
     CAPTURE(k);
     auto coarse = fine;
@@ -59,10 +64,11 @@ TEST_CASE("coarse steps keep bytes and compute, not the step count") {
           == (coarse.model.nominal_bytes_per_token_layer + 655) / 656);
     // The whole prefill takes as long; decode is not coarsened.
     auto coarse_total =
-        coarse.model.layers * prefill_layer_seconds(coarse, batch);
+        coarse.model.layers * prefill_step_layer(coarse, batch).layer_s;
     CHECK(coarse_total == doctest::Approx(fine_total).epsilon(1e-9));
-    CHECK(decode_tpot_seconds(coarse, 40'000)
-          == doctest::Approx(decode_tpot_seconds(fine, 40'000)).epsilon(1e-6));
+    std::vector<std::vector<uint64_t>> contexts{{40'000, 9'000}, {1'000}};
+    CHECK(decode_step(coarse, contexts).tpot_s
+          == doctest::Approx(decode_step(fine, contexts).tpot_s).epsilon(1e-6));
   }
   auto same = coarsen(fine.model, 1, 656);
   CHECK(same.layers == 61);

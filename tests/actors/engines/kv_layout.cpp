@@ -38,77 +38,53 @@ TEST_CASE("prompt block hashes add the trailing partial block's chain hash") {
   CHECK(prompt_block_hashes(token_list{}, 4).empty());
 }
 
-TEST_CASE("a filled layer-major slot checks exact; a flipped byte fails") {
+TEST_CASE("a prompt in Full Blocks checks exact; a flipped byte fails") {
+  // The decode node holds a prompt as one Full Block per block: decode-side
+  // hits as storage read them, the rest written Layer Block by Layer Block.
   const uint32_t layers = 3, bt = 4, tokens = 10, bpt = 24;
   std::vector<uint32_t> ids(tokens);
   for (uint32_t i = 0; i < tokens; ++i)
     ids[i] = 50 + i;
   auto hashes = prompt_block_hashes(ids, bt);
-  std::vector<std::byte> slot(size_t{layers} * tokens * bpt);
-  for (uint32_t l = 0; l < layers; ++l) {
-    // In two pieces, as a split read path fills it.
-    fill_tokens(hashes, bt, l, 0, 4, bpt,
-                slot.data() + slot_offset(l, tokens, 0, bpt));
-    fill_tokens(hashes, bt, l, 4, tokens, bpt,
-                slot.data() + slot_offset(l, tokens, 4, bpt));
-  }
-  auto ok = check_slot(hashes, bt, layers, tokens, bpt, slot.data());
-  CHECK_EQ(ok.blocks_ok, 3u);
-  CHECK_EQ(ok.blocks_failed, 0u);
-  // The same bytes as the store's Layer Block of a full block.
-  std::vector<std::byte> layer_block(size_t{bt} * bpt);
-  storage::kv_fill_layer(hashes[1], 2, bt, bpt, layer_block.data());
-  CHECK(std::equal(layer_block.begin(), layer_block.end(),
-                   slot.begin() + slot_offset(2, tokens, 4, bpt)));
-  // Token 9 (partial block 2) in layer 1.
-  slot[slot_offset(1, tokens, 9, bpt) + 5] ^= std::byte{1};
-  auto bad = check_slot(hashes, bt, layers, tokens, bpt, slot.data());
-  CHECK_EQ(bad.blocks_ok, 2u);
-  CHECK_EQ(bad.blocks_failed, 1u);
-}
-
-TEST_CASE("Layer Block checksums of a slot: measured equals expected") {
-  // What the decode engine compares after the checksum kernel ran on the
-  // GPU copy: the checksums of the slot's Layer Blocks (slot_grid order)
-  // against the ones the content must have.
-  const uint32_t layers = 3, bt = 4, tokens = 10, bpt = 24;
-  std::vector<uint32_t> ids(tokens);
-  for (uint32_t i = 0; i < tokens; ++i)
-    ids[i] = 70 + i;
-  auto hashes = prompt_block_hashes(ids, bt);
-  std::vector<std::byte> slot(size_t{layers} * tokens * bpt);
+  REQUIRE_EQ(hashes.size(), 3u); // 4 + 4 + a partial block of 2
+  const size_t payload = size_t{layers} * bt * bpt;
+  std::vector<std::vector<std::byte>> blocks(3,
+                                             std::vector<std::byte>(payload));
+  // Block 0 as the store holds it (one Layer Block after another).
   for (uint32_t l = 0; l < layers; ++l)
-    fill_tokens(hashes, bt, l, 0, tokens, bpt,
-                slot.data() + slot_offset(l, tokens, 0, bpt));
-  auto grid = slot_grid(bt, layers, tokens, bpt);
-  REQUIRE_EQ(grid.count(), 9u); // 3 layers x (2 full blocks + 1 partial)
-  auto measure = [&] {
-    std::vector<uint64_t> out;
-    for (uint32_t l = 0; l < layers; ++l)
-      for (uint32_t b = 0; b < 3; ++b) {
-        auto first = slot_offset(l, tokens, b * bt, bpt);
-        auto len = size_t{std::min(bt, tokens - b * bt)} * bpt;
-        out.push_back(gpu::block_checksum(slot.data() + first, len));
-      }
-    return out;
-  };
-  auto expected = slot_checksums(hashes, bt, layers, tokens, bpt);
-  REQUIRE_EQ(expected.size(), grid.count());
-  auto good = measure();
-  CHECK(good == expected);
-  auto ok = check_slot_checksums(expected, good.data(), layers, hashes.size());
-  CHECK_EQ(ok.blocks_ok, 3u);
-  CHECK_EQ(ok.blocks_failed, 0u);
-  // One flipped byte in block 1 of layer 2: that block fails, once.
-  slot[slot_offset(2, tokens, 5, bpt) + 3] ^= std::byte{0x10};
-  auto bad = measure();
-  auto check =
-      check_slot_checksums(expected, bad.data(), layers, hashes.size());
-  CHECK_EQ(check.blocks_ok, 2u);
-  CHECK_EQ(check.blocks_failed, 1u);
-  // A block without a hash (a prompt longer than its hashes) never passes.
-  auto short_hashes =
-      check_slot_checksums(expected, good.data(), layers, hashes.size() - 1);
-  CHECK_EQ(short_hashes.blocks_ok, 2u);
-  CHECK_EQ(short_hashes.blocks_failed, 1u);
+    storage::kv_fill_layer(hashes[0], l, bt, bpt,
+                           blocks[0].data() + block_offset(l, 0, bt, bpt));
+  // Tokens 4..10 of every layer as a prefill engine writes them, cut at
+  // block boundaries (block 1 whole, the partial block 2).
+  auto segs = block_segments(4, 6, bt);
+  REQUIRE_EQ(segs.size(), 2u);
+  CHECK_EQ(segs[0].block, 1u);
+  CHECK_EQ(segs[0].tokens, 4u);
+  CHECK_EQ(segs[1].block, 2u);
+  CHECK_EQ(segs[1].token_in_block, 0u);
+  CHECK_EQ(segs[1].tokens, 2u);
+  CHECK_EQ(segs[1].first_token, 8u);
+  for (uint32_t l = 0; l < layers; ++l)
+    for (auto& seg : segs)
+      fill_tokens(hashes, bt, l, seg.first_token, seg.first_token + seg.tokens,
+                  bpt,
+                  blocks[seg.block].data()
+                      + block_offset(l, seg.token_in_block, bt, bpt));
+  for (uint32_t b = 0; b < 3; ++b)
+    CHECK(check_block(hashes, b, bt, layers, tokens, bpt, blocks[b].data()));
+  // fill_block writes what check_block expects, the partial block included.
+  std::vector<std::byte> filled(payload);
+  fill_block(hashes, 2, bt, layers, tokens, bpt, filled.data());
+  CHECK(check_block(hashes, 2, bt, layers, tokens, bpt, filled.data()));
+  // Token 9 (the partial block's second) in layer 1; block 0 in layer 2.
+  blocks[2][block_offset(1, 1, bt, bpt) + 5] ^= std::byte{1};
+  CHECK_FALSE(
+      check_block(hashes, 2, bt, layers, tokens, bpt, blocks[2].data()));
+  blocks[0][block_offset(2, 3, bt, bpt)] ^= std::byte{4};
+  CHECK_FALSE(
+      check_block(hashes, 0, bt, layers, tokens, bpt, blocks[0].data()));
+  CHECK(check_block(hashes, 1, bt, layers, tokens, bpt, blocks[1].data()));
+  // No block past the prompt.
+  CHECK_FALSE(check_block(hashes, 3, bt, layers, tokens, bpt, filled.data()));
+  CHECK(block_segments(8, 0, bt).empty());
 }

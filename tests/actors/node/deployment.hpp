@@ -251,7 +251,9 @@ cluster_toml(const deployment_ports& p, const std::string& store_dir, bool tls,
 inline std::vector<std::string>
 deployment_settings(uint32_t agents, uint32_t turns, double time_scale,
                     const std::string& backend = "tcp") {
+  // A two-GPU node holds a 37e9-parameter model's weights, not DS-660B's.
   return {"--set", "hardware.gpus_per_node=2",
+          "--set", "model.total_params=37e9",
           "--set", "run.byte_scale=656",
           "--set", "run.time_scale=" + std::to_string(time_scale),
           "--set", "run.modes=dualpath",

@@ -45,9 +45,8 @@ prefill_engine_actor::behavior_type fake_pe(std::shared_ptr<pushes> out) {
         std::lock_guard<std::mutex> guard{out->mtx};
         for (auto& a : w.items)
           out->items.push_back(a);
-        return stream_report{};
       },
-      [](status_atom) { return engine_load{}; },
+      [](status_atom) { return group_report{}; },
   };
 }
 

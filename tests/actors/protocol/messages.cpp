@@ -104,31 +104,15 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
   check(persist_request{191, 192, 193, region(194)},
         {"191", "192", "193", "\"node194\""});
   check(persist_batch{{195, 196}, 197, 198}, {"195", "196", "197", "198"});
-  check(layer_timing{201, 202, 203, 204, 205, 206},
-        {"201", "202", "203", "204", "205", "206"});
-  check(stream_item{211,
-                    {buffer_lease{212, 213, 214, region(215)}},
-                    216,
-                    region(217),
-                    218,
-                    219,
-                    220,
-                    {},
-                    {2201}},
-        {"211", "212", "\"node215\"", "216", "\"node217\"", "218", "219", "220",
-         "2201"});
-  check(stream_plan{221,
-                    222,
-                    223,
-                    {stream_item{224, {}, 225, region(226), 0, 0, 0, {}, {}}}},
-        {"221", "222", "223", "224", "225", "\"node226\""});
-  check(stream_report{231, {layer_timing{232, 233, 234, 235, 236, 237}}, 238},
-        {"231", "232", "237", "238"});
-  check(decode_slot{241, region(242)}, {"241", "\"node242\""});
-  check(layer_ready{251, 252, 253, 254}, {"251", "252", "253", "254"});
-  check(layer_push{255, 256, 257, 258, region(259)},
-        {"255", "256", "257", "258", "\"node259\""});
-  check(prefill_summary{361, 362, 363, 364}, {"361", "362", "363", "364"});
+  check(decode_slot{241, {region(242), region(243)}, {244}},
+        {"241", "\"node242\"", "\"node243\"", "244"});
+  check(layer_chunk{251, 252, 253, 254, region(255)},
+        {"251", "252", "253", "254", "\"node255\""});
+  check(layer_batch{256, 257, {layer_chunk{258, 259, 260, 261, region(262)}}},
+        {"256", "257", "258", "259", "260", "261", "\"node262\""});
+  check(prefill_summary{361, 362, 363, 364, 365},
+        {"361", "362", "363", "364", "365"});
+  check(reserve_request{366, {367, 368}}, {"366", "367", "368"});
   check(lease_release{{371, 372, 373}}, {"371", "372", "373"});
   check(endpoint_info{"n261", "tcp", "127.0.0.1:262", {26, 3}},
         {"\"n261\"", "\"tcp\"", "127.0.0.1:262", "26", "3"});

@@ -5,6 +5,8 @@
 // vocabulary with add_message_types, as every dualpath process does.
 #include <doctest/doctest.h>
 
+#include <atomic>
+
 #include <chrono>
 #include <future>
 
@@ -13,7 +15,6 @@
 
 #include "actors/protocol/bulk_endpoint_actor.hpp"
 #include "actors/protocol/decode_engine_actor.hpp"
-#include "actors/protocol/layer_streamer_actor.hpp"
 #include "actors/protocol/node_supervisor_actor.hpp"
 #include "actors/protocol/observer_actor.hpp"
 #include "actors/protocol/prefill_engine_actor.hpp"
@@ -102,48 +103,65 @@ TEST_CASE_FIXTURE(fixture, "scheduler interface over the middleman") {
 }
 
 TEST_CASE_FIXTURE(fixture, "prefill engine interface over the middleman") {
-  auto hdl = cross(a.spawn([]() -> prefill_engine_actor::behavior_type {
+  auto got = std::make_shared<std::atomic<size_t>>(0);
+  auto hdl = cross(a.spawn([got]() -> prefill_engine_actor::behavior_type {
     return {
-        [](prefill_atom, const work_batch& w) {
-          return stream_report{w.items.size(), {}, 0};
-        },
+        [got](prefill_atom, const work_batch& w) { *got += w.items.size(); },
         [](status_atom) {
-          return engine_load{
-              engine_id{"pe0", engine_role::prefill, 3}, 4, 5, 6, 7, 8};
+          group_report g;
+          g.group = 2;
+          g.engines.push_back(engine_load{
+              engine_id{"pe0", engine_role::prefill, 3}, 4, 5, 6, 7, 8});
+          return g;
         },
     };
   }));
-  auto load = ask<engine_load>(hdl, status_atom_v);
-  CHECK_EQ(load.engine.node, "pe0");
-  CHECK_EQ(load.engine.rank, 3u);
-  CHECK_EQ(load.tok, 5u);
-  CHECK_EQ(load.free_hbm_bytes, 8u);
+  work_batch w;
+  w.items.resize(2);
+  caf::anon_send(hdl, prefill_atom_v, w);
+  auto load = ask<group_report>(hdl, status_atom_v);
+  REQUIRE_EQ(load.engines.size(), 1u);
+  CHECK_EQ(load.group, 2u);
+  CHECK_EQ(load.engines[0].engine.node, "pe0");
+  CHECK_EQ(load.engines[0].engine.rank, 3u);
+  CHECK_EQ(load.engines[0].tok, 5u);
+  CHECK_EQ(load.engines[0].free_hbm_bytes, 8u);
+  CHECK_EQ(got->load(), 2u); // the batch crossed before the status reply
   caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
 }
 
 TEST_CASE_FIXTURE(fixture, "decode engine interface over the middleman") {
   auto hdl = cross(a.spawn([]() -> decode_engine_actor::behavior_type {
     return {
+        [](assign_atom, const assignment&) {},
         [](admit_atom, const assignment& x) {
-          return decode_slot{x.request.id, region("de0")};
+          return decode_slot{x.request.id, {region("de0")}, {7}};
         },
-        [](layer_atom, const layer_ready&) {},
-        [](load_atom, uint64_t id) {
-          return read_completion{id, {}, {}};
+        [](push_atom, const layer_batch& b) {
+          layer_batch r = b;
+          for (auto& c : r.chunks)
+            c.bytes = c.tokens * 2;
+          return r;
         },
-        [](push_atom, const layer_push& p) {
-          return layer_ready{p.request_id, p.layer, p.tokens, 0};
-        },
+        [](layer_atom, const layer_batch&) {},
         [](prefilled_atom, const prefill_summary&) {},
         [](release_atom, uint64_t) {},
-        [](status_atom) { return engine_load{}; },
+        [](status_atom) { return group_report{}; },
     };
   }));
   assignment x;
   x.request.id = 77;
   auto slot = ask<decode_slot>(hdl, admit_atom_v, x);
   CHECK_EQ(slot.request_id, 77u);
-  CHECK(slot.kv_buffer == region("de0"));
+  REQUIRE_EQ(slot.blocks.size(), 1u);
+  CHECK(slot.blocks[0] == region("de0"));
+  CHECK(slot.failed == std::vector<block_hash>{7});
+  layer_batch push{3, 0, {layer_chunk{77, 64, 10, 0, region("pe0")}}};
+  auto moved = ask<layer_batch>(hdl, push_atom_v, push);
+  REQUIRE_EQ(moved.chunks.size(), 1u);
+  CHECK_EQ(moved.layer, 3u);
+  CHECK_EQ(moved.chunks[0].bytes, 20u);
+  CHECK(moved.chunks[0].destination == region("pe0"));
   caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
 }
 
@@ -156,6 +174,13 @@ TEST_CASE_FIXTURE(fixture, "storage reader interface over the middleman") {
           for (size_t i = 0; i < r.blocks.size(); ++i)
             c.leases.push_back(buffer_lease{
                 i, r.blocks[i], uint32_t(r.first_block + i), region("snic0")});
+          return c;
+        },
+        [](reserve_atom, const reserve_request& r) {
+          read_completion c;
+          c.request_id = r.request_id;
+          for (auto k : r.block_indices)
+            c.leases.push_back(buffer_lease{k, 0, k, region("snic0")});
           return c;
         },
         [](release_atom, uint64_t) {},
@@ -173,26 +198,12 @@ TEST_CASE_FIXTURE(fixture, "storage reader interface over the middleman") {
   REQUIRE_EQ(c.leases.size(), 2u);
   CHECK_EQ(c.leases[1].hash, 0xbbu);
   CHECK_EQ(c.leases[1].block_index, 5u);
+  auto held =
+      ask<read_completion>(hdl, reserve_atom_v, reserve_request{10, {3, 8}});
+  REQUIRE_EQ(held.leases.size(), 2u);
+  CHECK_EQ(held.leases[1].block_index, 8u);
   CHECK_EQ(ask<uint32_t>(hdl, persist_atom_v, persist_batch{{1, 2, 3}, 10, 64}),
            13u);
-  caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
-}
-
-TEST_CASE_FIXTURE(fixture, "layer streamer interface over the middleman") {
-  auto hdl = cross(a.spawn([]() -> layer_streamer_actor::behavior_type {
-    return {
-        [](stream_atom, const stream_plan& p) {
-          stream_report r{p.batch_id, {}, 0};
-          for (uint32_t l = 0; l < p.layers; ++l)
-            r.layers.push_back(layer_timing{l, 1, 2, 3, 4, 5});
-          return r;
-        },
-        [](layer_atom, const layer_ready&) {},
-    };
-  }));
-  auto r = ask<stream_report>(hdl, stream_atom_v, stream_plan{5, 3, 2, {}});
-  CHECK_EQ(r.batch_id, 5u);
-  CHECK_EQ(r.layers.size(), 3u);
   caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
 }
 

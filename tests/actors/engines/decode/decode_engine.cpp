@@ -1,0 +1,312 @@
+// ctest-label: engines
+// ctest-links: actors_storage
+// The decode engine under CAF's test coordinator (simulated time, exact):
+// its GPUs decode in batches whose step is the roofline of the batch worked
+// here by hand (memory-bound alone, compute-bound four at a time); a
+// decode-side read starts when the request is placed, before any prefill
+// engine asks for room; the node reports every GPU's load, committed HBM
+// included. The test plays the prefill engine's part of the protocol.
+#include <doctest/doctest.h>
+
+#include <memory>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+
+#include "actors/engines/decode/decode_engine.hpp"
+#include "actors/protocol/register.hpp"
+#include "actors/storage/storage_reader.hpp"
+#include "gpu/device.hpp"
+#include "transport/storage/block_store.hpp"
+#include "transport/storage/buffer_pool.hpp"
+#include "transport/storage/kv_content.hpp"
+#include "transport/storage/modeled_backend.hpp"
+
+using namespace dualpath;
+using namespace dualpath::actors;
+namespace storage = transport::storage;
+
+namespace {
+
+caf::actor_system_config& testing_config(caf::actor_system_config& cfg) {
+  add_message_types(cfg);
+  cfg.set("scheduler.policy", caf::atom("testing"));
+  return cfg;
+}
+
+struct outcomes {
+  std::vector<request_result> results;
+  std::vector<group_report> reports;
+};
+
+struct fixture {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{testing_config(cfg)};
+  caf::scheduler::test_coordinator& sched =
+      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+  std::shared_ptr<outcomes> out = std::make_shared<outcomes>();
+  caf::actor scheduler;
+  emulated_time time{sched.clock().now(), 1.0};
+
+  fixture() {
+    auto o = out;
+    scheduler = sys.spawn([o](caf::event_based_actor*) -> caf::behavior {
+      return {
+          [o](done_atom, request_result& r) { o->results.push_back(r); },
+          [o](report_atom, group_report& g) { o->reports.push_back(g); },
+          [](fail_atom, request_failure&) { FAIL("a request failed"); },
+      };
+    });
+  }
+
+  // A toy model whose numbers are easy to work by hand: 5 layers, 8e8
+  // linear FLOPs per token per layer (2 * 2e9 / 5), attention 2 * 16 *
+  // (128 + 128) = 8192 FLOPs per (query, key) pair, 64 B of KV per token
+  // per layer; a GPU of 10 TFLOP/s and 1 TB/s, holding 1e9 B of weights.
+  engine_config engine(load_mode mode, uint32_t gpus = 1) {
+    engine_config c;
+    c.role = engine_role::decode;
+    c.gpus = gpus;
+    c.mode = mode;
+    c.model.layers = 5;
+    c.model.block_tokens = 4;
+    c.model.nominal_bytes_per_token_layer = 64;
+    c.model.real_bytes_per_token_layer = 64;
+    c.model.active_params = 2e9;
+    c.model.attn_heads = 16;
+    c.model.attn_qk_dim = 128;
+    c.model.attn_v_dim = 128;
+    c.time = time;
+    c.node = std::make_shared<node_resources>();
+    c.node->name = "de";
+    c.node->role = engine_role::decode;
+    for (uint32_t g = 0; g < gpus; ++g) {
+      gpu::device_options d;
+      d.backend = gpu::backend_choice::host;
+      d.hbm_budget = 1 << 20;
+      d.backed = false;
+      auto dev = gpu::make_host_device(d);
+      REQUIRE(dev);
+      c.devices.push_back(*dev);
+    }
+    c.gpu = gpu::gpu_rate{"toy", 10.0, 1.0, 1.0, 1.0, 0};
+    c.group_model.weight_bytes_per_gpu = 1e9;
+    c.group_model.layer_overhead_s = 1e-4;
+    c.hbm_kv_bytes = 1'000'000;
+    c.real_bytes = false;
+    c.verify_kv = false;
+    c.scheduler = scheduler;
+    c.fetch_period_ns = 1'000'000'000;
+    return c;
+  }
+
+  static assignment make(uint64_t id, uint32_t tokens, uint32_t gen,
+                         uint32_t rank, caf::actor de, read_plan plan = {}) {
+    assignment a;
+    a.request.id = id;
+    std::vector<uint32_t> ids;
+    for (uint32_t i = 0; i < tokens; ++i)
+      ids.push_back(1000 * static_cast<uint32_t>(id) + i);
+    a.request.tokens = std::move(ids);
+    a.request.gen_tokens = gen;
+    a.prefill = engine_id{"pe", engine_role::prefill, 0};
+    a.decode = engine_id{"de", engine_role::decode, rank};
+    a.plan = plan;
+    a.decode_actor = de;
+    return a;
+  }
+
+  // Plays the prefill engine for `batch`: placement and admission of each,
+  // then every request's summary and layers at one instant (their prefill
+  // ends together).
+  void prefill(const decode_engine_actor& de, std::vector<assignment> batch,
+               uint32_t layers) {
+    for (auto& a : batch) {
+      caf::anon_send(de, assign_atom_v, a);
+      bool slot = false;
+      sys.spawn([&slot, de, a](caf::event_based_actor* q) {
+        q->request(de, caf::infinite, admit_atom_v, a)
+            .then([&slot](decode_slot&) { slot = true; });
+      });
+      sched.run();
+      REQUIRE(slot);
+    }
+    for (auto& a : batch) {
+      auto id = a.request.id;
+      auto tokens = static_cast<uint32_t>(a.request.tokens.size());
+      caf::anon_send(de, prefilled_atom_v, prefill_summary{id, 0, 0, 0, 0});
+      for (uint32_t l = 0; l < layers; ++l)
+        caf::anon_send(de, layer_atom_v,
+                       layer_batch{l, 0, {layer_chunk{id, 0, tokens, 0, {}}}});
+    }
+    sched.run();
+  }
+
+  void run_until_results(size_t n) {
+    for (int i = 0; i < 100000 && out->results.size() < n; ++i) {
+      sched.run();
+      if (out->results.size() >= n || !sched.trigger_timeout())
+        break;
+    }
+    sched.run();
+  }
+};
+
+} // namespace
+
+TEST_CASE_FIXTURE(fixture, "TPOT is the roofline of the batch, worked by "
+                           "hand") {
+  // One decode step of a sequence of 40 tokens attends to 41 keys in every
+  // layer. Memory per layer: weights 1e9 / 5 = 2e8 B plus KV 41 * 64 = 2624
+  // B, at 1e12 B/s: 2.00002624e-4 s. Compute per layer: 8e8 linear + 8192 *
+  // 41 = 335872 attention FLOPs at 1e13 FLOP/s: 8.00335872e-5 s. Alone the
+  // step is memory-bound: (2.00002624e-4 + 1e-4 overhead) * 5 layers.
+  const double alone = (2.00002624e-4 + 1e-4) * 5;
+  // Four such sequences on one GPU: memory 2e8 + 4 * 2624 B = 2.00010496e-4
+  // s; compute 4 * (8e8 + 335872) FLOPs = 3.201343488e-4 s: compute-bound,
+  // (3.201343488e-4 + 1e-4) * 5.
+  const double four = (3.201343488e-4 + 1e-4) * 5;
+  for (uint32_t batch : {1u, 4u}) {
+    CAPTURE(batch);
+    out->results.clear();
+    auto de = spawn_decode_engine(sys, engine(load_mode::oracle));
+    sched.run();
+    auto hdl = caf::actor_cast<caf::actor>(de);
+    // gen_tokens 2: the first token comes with the prefill, the second
+    // after exactly one decode step.
+    std::vector<assignment> xs;
+    for (uint64_t k = 1; k <= batch; ++k)
+      xs.push_back(make(k, 40, 2, 0, hdl));
+    prefill(de, xs, 5);
+    run_until_results(batch);
+    REQUIRE_EQ(out->results.size(), batch);
+    for (auto& r : out->results) {
+      auto expected = batch == 1 ? alone : four;
+      CHECK_EQ(r.tpot_ns, gpu::to_duration(expected).count());
+      CHECK_EQ(r.ttst_ns - r.ttft_ns, gpu::to_duration(expected).count());
+      CHECK_EQ(r.done_ns - r.ttft_ns, r.ttst_ns - r.ttft_ns);
+    }
+    caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
+    sched.run();
+  }
+  CHECK_GT(four, alone); // TPOT grows with the batch
+}
+
+TEST_CASE_FIXTURE(fixture, "the node's GPUs step together: the slowest "
+                           "GPU's batch sets the step") {
+  // GPU 0 decodes one sequence, GPU 1 four: both take the four's step.
+  const double four = (3.201343488e-4 + 1e-4) * 5;
+  auto de = spawn_decode_engine(sys, engine(load_mode::oracle, 2));
+  sched.run();
+  auto hdl = caf::actor_cast<caf::actor>(de);
+  std::vector<assignment> xs{make(1, 40, 2, 0, hdl)};
+  for (uint64_t k = 2; k <= 5; ++k)
+    xs.push_back(make(k, 40, 2, 1, hdl));
+  prefill(de, xs, 5);
+  run_until_results(5);
+  REQUIRE_EQ(out->results.size(), 5u);
+  for (auto& r : out->results)
+    CHECK_EQ(r.tpot_ns, gpu::to_duration(four).count());
+  caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
+TEST_CASE_FIXTURE(fixture, "a decode-side read starts when the request is "
+                           "placed, before any slot exists") {
+  // The node's buffer: a modeled store holding 3 blocks of the prompt, a
+  // reader reading inline (simulated time) into a pool of 64 slots.
+  storage::kv_geometry geo{5, 4, 64};
+  auto opened =
+      storage::block_store::open(storage::store_config{"sim-store", "m", geo},
+                                 storage::make_modeled_backend());
+  REQUIRE(opened);
+  std::shared_ptr<storage::block_store> store{std::move(*opened)};
+  auto c = engine(load_mode::dualpath);
+  auto a = make(7, 14, 2, 0, caf::actor{}, read_plan{3, 0});
+  std::vector<uint32_t> prompt(a.request.tokens.begin(),
+                               a.request.tokens.begin() + 12);
+  REQUIRE(storage::populate(*store, {prompt}));
+  auto pool =
+      storage::buffer_pool::make(64 * geo.file_bytes(), geo.file_bytes());
+  REQUIRE(pool);
+  auto counters = std::make_shared<storage_reader_counters>();
+  storage_reader_config rc;
+  rc.node = "de";
+  rc.store = store;
+  rc.pool = *pool;
+  rc.io_threads = 0;
+  rc.modeled_reads = true;
+  rc.lease_runs = true;
+  rc.counters = counters;
+  auto reader = spawn_storage_reader(sys, rc);
+  REQUIRE(reader);
+  c.node->reader = *reader;
+  c.node->pool = *pool;
+  c.node->store = store;
+  auto de = spawn_decode_engine(sys, c);
+  sched.run();
+  auto hdl = caf::actor_cast<caf::actor>(de);
+  a.decode_actor = hdl;
+  // Placed: no prefill engine has asked for room, nothing was reserved.
+  caf::anon_send(de, assign_atom_v, a);
+  sched.run();
+  for (int i = 0; i < 1000 && counters->blocks_read.load() < 3; ++i) {
+    sched.trigger_timeout(); // the reads' paced completions
+    sched.run();
+  }
+  CHECK_EQ(counters->blocks_read.load(), 3u);
+  // Its GPU committed the request's HBM: (14 + 2) tokens x 5 layers x 64 B.
+  group_report load;
+  sys.spawn([&load, de](caf::event_based_actor* q) {
+    q->request(de, caf::infinite, status_atom_v).then([&load](group_report& g) {
+      load = std::move(g);
+    });
+  });
+  sched.run();
+  REQUIRE_EQ(load.engines.size(), 1u);
+  CHECK_EQ(load.engines[0].seq, 1u);
+  CHECK_EQ(load.engines[0].tok, 14u);
+  CHECK_EQ(load.engines[0].free_hbm_bytes, 1'000'000u - 16u * 5 * 64);
+  // The admission finds the read done: the slot comes at once, without the
+  // read's blocks failing.
+  bool slot = false;
+  sys.spawn([&slot, de, a](caf::event_based_actor* q) {
+    q->request(de, caf::infinite, admit_atom_v, a)
+        .then([&slot](decode_slot& s) {
+          slot = true;
+          CHECK(s.failed.empty());
+        });
+  });
+  sched.run();
+  CHECK(slot);
+  caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(*reader, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
+TEST_CASE_FIXTURE(fixture, "the node reports every GPU's load") {
+  auto c = engine(load_mode::oracle, 3);
+  c.group = 5;
+  c.fetch_period_ns = 2'000'000;
+  auto de = spawn_decode_engine(sys, c);
+  sched.run();
+  CHECK(out->reports.empty());
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(sched.trigger_timeout());
+    sched.run();
+  }
+  REQUIRE_EQ(out->reports.size(), 3u);
+  auto& g = out->reports.back();
+  CHECK_EQ(g.group, 5u);
+  CHECK_EQ(g.role, engine_role::decode);
+  REQUIRE_EQ(g.engines.size(), 3u);
+  for (uint32_t k = 0; k < 3; ++k) {
+    CHECK_EQ(g.engines[k].engine, (engine_id{"de", engine_role::decode, k}));
+    CHECK_EQ(g.engines[k].free_hbm_bytes, 1'000'000u);
+  }
+  caf::anon_send_exit(de, caf::exit_reason::user_shutdown);
+  sched.run();
+}

@@ -416,7 +416,7 @@ impl_actor::behavior_type prefill_engine(self_ptr self, engine_config cfg) {
                caf::make_error(caf::sec::request_receiver_down,
                                "decode engine lost"));
     if (st.step)
-      self->send(st.streamer, lost_atom_v, dm.source);
+      hand_off(self, st.streamer, lost_atom_v, dm.source);
   });
   if (st.cfg.scheduler)
     schedule_fetch(self);

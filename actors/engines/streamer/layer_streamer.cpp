@@ -148,7 +148,10 @@ void fail_request(self_ptr self, uint64_t id, const caf::error& err) {
   if (c == nullptr)
     return;
   c->failed = true;
-  self->send(self->state.engine, fail_atom_v, self->state.step->id, id, err);
+  // The engine tells the decode node and the scheduler now, as it did
+  // when the step ran inside it.
+  hand_off(self, self->state.engine, fail_atom_v, self->state.step->id, id,
+           err);
 }
 
 // Staging offset of token `t` of chunk `c` in layer `l`'s slot.

@@ -1,5 +1,6 @@
 #include "actors/cluster/job.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include "actors/cluster/replay.hpp"
 #include "actors/protocol/register.hpp"
 #include "actors/sim/driver.hpp"
+#include "config/schema.hpp"
 #include "scheduler/workload/generator.hpp"
 #include "scheduler/workload/trace_file.hpp"
 #include "transport/storage/block_store.hpp"
@@ -215,12 +217,17 @@ parse_variants(const std::string& text) {
     auto item = text.substr(start, end == std::string::npos ? std::string::npos
                                                             : end - start);
     auto found = pick({item});
-    if (found.empty())
-      return caf::make_error(caf::sec::invalid_argument,
-                             "run.modes: unknown mode '" + item
-                                 + "' (allowed: all, ablation, or a comma "
-                                   "list of basic, layerwise, dualpath-rr, "
-                                   "dualpath, oracle)");
+    if (found.empty()) {
+      std::vector<std::string> names{"all", "ablation"};
+      for (auto& k : known)
+        names.push_back(k.name);
+      auto msg = "run.modes: unknown mode '" + item
+                 + "' (allowed: all, ablation, or a comma list of basic, "
+                   "layerwise, dualpath-rr, dualpath, oracle)";
+      if (auto guess = config::suggest(item, names); !guess.empty())
+        msg += "; did you mean '" + guess + "'?";
+      return caf::make_error(caf::sec::invalid_argument, std::move(msg));
+    }
     out.push_back(found.front());
     if (end == std::string::npos)
       break;
@@ -482,6 +489,7 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     timeline.mode = variant.name;
     for (auto& u : (*cluster)->snic_usage_now()) {
       timeline.nodes.push_back(u.node);
+      timeline.roles.push_back(u.role);
       timeline.rates.push_back(u.rate_bytes_per_s);
     }
     replay_options ro;
@@ -522,6 +530,14 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     if (!outcome)
       return outcome.error();
     id_base += outcome->records.size();
+    for (auto t : outcome->agent_done_ns)
+      timeline.agent_done_s.push_back(static_cast<double>(t) / 1e9);
+    std::sort(timeline.agent_done_s.begin(), timeline.agent_done_s.end());
+    for (auto& rec : outcome->records)
+      if (!rec.failed)
+        timeline.ttft_s.push_back(static_cast<double>(rec.result.ttft_ns)
+                                  / 1e9);
+    std::sort(timeline.ttft_s.begin(), timeline.ttft_s.end());
     auto report =
         summarize(variant.name, *outcome, (*cluster)->snic_usage_now(), slo{});
     set_bound(report, bound_for(result.bounds, mode));

@@ -86,11 +86,18 @@ struct snic_sample {
   std::vector<uint64_t> bytes; ///< Per node, in nodes' order.
 };
 
+/// What a mode's plots draw: its storage NICs' bytes over time and the
+/// distributions behind its percentiles.
 struct mode_timeline {
   std::string mode;
   std::vector<std::string> nodes;
-  std::vector<uint64_t> rates; ///< Per node, bytes/s.
+  std::vector<engine_role> roles; ///< Per node: prefill or decode side.
+  std::vector<uint64_t> rates;    ///< Per node, bytes/s.
   std::vector<snic_sample> samples;
+  /// Emulated seconds at which each agent finished, ascending.
+  std::vector<double> agent_done_s;
+  /// Every completed request's TTFT (s), ascending.
+  std::vector<double> ttft_s;
 };
 
 /// A request whose KV did not verify (mode, request, agent, turn).

@@ -4,13 +4,17 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iomanip>
+#include <memory>
 #include <ostream>
 #include <sstream>
+
+#include <unistd.h>
 
 #include <caf/atom.hpp>
 #include <caf/sec.hpp>
 
 #include "actors/protocol/register.hpp"
+#include "cmd/progress.hpp"
 
 namespace dualpath::cmd {
 
@@ -83,17 +87,13 @@ caf::expected<job_plan> plan_job(const config::settings& cfg,
       return err.error();
   }
   if (!flags.quiet) {
-    auto prefix = command == "sim" ? std::string{"sim "} : std::string{};
-    auto every = clock == job_clock::simulated ? 256u : 16u;
-    opts.progress = [prefix, every](const std::string& mode, uint64_t done,
-                                    uint64_t total) {
-      if (done % every == 0 || done == total) {
-        std::fprintf(stderr, "\r[%s%s] requests %llu/%llu   ", prefix.c_str(),
-                     mode.c_str(), static_cast<unsigned long long>(done),
-                     static_cast<unsigned long long>(total));
-        if (done == total)
-          std::fprintf(stderr, "\n");
-      }
+    // Shared by the copies of opts the sweep makes.
+    auto meter = std::make_shared<progress_meter>(
+        command == "sim" ? "sim " : "",
+        progress_meter::output_for(STDERR_FILENO), stderr,
+        clock == job_clock::simulated ? 256 : 16);
+    opts.progress = [meter](const actors::cluster::job_progress& p) {
+      meter->report(p);
     };
   }
   return plan;

@@ -411,12 +411,17 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     // once would be ~6 GB of tokens.
     auto pop_start = std::chrono::steady_clock::now();
     uint64_t blocks = 0;
+    uint64_t agents_done = 0;
+    auto agents = static_cast<uint64_t>(trace->size());
     for (auto& t : *trace) {
       auto pop = transport::storage::populate(
           *store, {workload::tokens(t, 0, workload::history_length(t))});
       if (!pop)
         return pop.error();
       blocks += pop->written + pop->present;
+      if (opts.progress)
+        opts.progress(job_progress{job_progress::phase::populate, mode,
+                                   ++agents_done, agents, 0});
     }
     result.populate_s += std::chrono::duration<double>(
                              std::chrono::steady_clock::now() - pop_start)
@@ -498,8 +503,10 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     ro.time = (*cluster)->time();
     ro.wall_limit = opts.wall_limit;
     if (opts.progress)
-      ro.progress = [&opts, name = timeline.mode](uint64_t d, uint64_t t) {
-        opts.progress(name, d, t);
+      ro.progress = [&opts, name = timeline.mode](uint64_t d, uint64_t t,
+                                                  double emulated_s) {
+        opts.progress(
+            job_progress{job_progress::phase::replay, name, d, t, emulated_s});
       };
     caf::expected<replay_outcome> outcome{replay_outcome{}};
     auto events_before = sim::events();

@@ -628,8 +628,10 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
   ro.time = emulated_time{local_origin(view.origin_unix_ns), spec->time_scale};
   ro.wall_limit = opts.wall_limit;
   if (opts.progress)
-    ro.progress = [&opts, name = variant->name](uint64_t d, uint64_t t) {
-      opts.progress(name, d, t);
+    ro.progress = [&opts, name = variant->name](uint64_t d, uint64_t t,
+                                                double emulated_s) {
+      opts.progress(cluster::job_progress{cluster::job_progress::phase::replay,
+                                          name, d, t, emulated_s});
     };
   // Request ids unique across runs against the same deployment (the
   // scheduler refuses duplicates): seconds since the epoch, shifted.

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,7 +35,8 @@ struct receiver_process {
   }
 };
 
-inline bool fork_receiver(uint64_t len, const std::string& secret,
+/// Forks the receiver; `o` are its tcp options (node becomes "receiver").
+inline bool fork_receiver(uint64_t len, transport::bulk::options o,
                           receiver_process& out) {
   int fds[2];
   if (::pipe(fds) != 0)
@@ -44,11 +46,7 @@ inline bool fork_receiver(uint64_t len, const std::string& secret,
     return false;
   if (out.pid == 0) {
     ::close(fds[0]);
-    transport::bulk::options o;
     o.node = "receiver";
-    o.secret = secret;
-    if (auto nice = std::getenv("DUALPATH_KV_RX_NICE"))
-      o.kv_rx_nice = std::atoi(nice);
     auto be = transport::bulk::make_tcp_backend(o);
     if (!be)
       _exit(1);
@@ -78,6 +76,59 @@ inline bool fork_receiver(uint64_t len, const std::string& secret,
   out.region.node = "receiver";
   out.region.length = len;
   return !out.address.empty();
+}
+
+/// Applies a bench flag that names a tcp option (`--kv-sched idle|batch|
+/// normal`, `--kv-nice N`, `--control-nice N`, `--kv-chunk-kib N`,
+/// `--slice-kib N`); false when `key` is none of them.
+inline bool tcp_option_flag(const std::string& key, const std::string& value,
+                            transport::bulk::options& o) {
+  using transport::bulk::tcp_cpu_sched;
+  if (key == "--kv-sched") {
+    if (value == "idle")
+      o.tcp_kv_sched = tcp_cpu_sched::idle;
+    else if (value == "batch")
+      o.tcp_kv_sched = tcp_cpu_sched::batch;
+    else if (value == "normal")
+      o.tcp_kv_sched = tcp_cpu_sched::normal;
+    else
+      return false;
+  } else if (key == "--kv-nice") {
+    o.tcp_kv_nice = std::atoi(value.c_str());
+  } else if (key == "--control-nice") {
+    o.tcp_control_nice = std::atoi(value.c_str());
+  } else if (key == "--kv-chunk-kib") {
+    o.tcp_kv_chunk_kib = static_cast<uint32_t>(std::atoi(value.c_str()));
+  } else if (key == "--slice-kib") {
+    o.slice_kib = static_cast<uint64_t>(std::atoi(value.c_str()));
+  } else {
+    return false;
+  }
+  return true;
+}
+
+/// CPU seconds (user + system) process `pid` has used so far.
+inline double cpu_seconds(pid_t pid) {
+  auto path = "/proc/" + std::to_string(pid) + "/stat";
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f)
+    return 0;
+  char buf[1024];
+  auto n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  // Fields after the command name, which is in parentheses: state is
+  // field 3; utime and stime are fields 14 and 15.
+  const char* p = std::strrchr(buf, ')');
+  if (!p)
+    return 0;
+  std::istringstream in{p + 2};
+  std::string skip;
+  for (int i = 3; i < 14; ++i)
+    in >> skip;
+  double ut = 0, st = 0;
+  in >> ut >> st;
+  return (ut + st) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 struct summary {

@@ -3,14 +3,17 @@
 // spread.
 //
 //   control_alone   4 KiB control writes, one at a time, to a receiver
-//                   process on loopback (tcp backend, default weights 99:1)
+//                   process on loopback (tcp backend, default settings)
 //   control_loaded  the same while a kv stream (4 MiB writes, 4 in flight)
 //                   saturates the same sender/receiver pair
+// Each run alternates alone and loaded twice (half the samples each time).
 //
-// Usage: bench_qos [--runs N] [--samples N]
+// Usage: bench_qos [--runs N] [--samples N] [tcp option flags, see
+//                  bulk_peer.hpp]
 // Output per run: p50/p99 of both, then the medians and
-//   RESULT qos p99_ratio=X   (median over runs of loaded p99 / alone p99;
-//                             target <= 1.2)
+//   RESULT qos runs=N p99_ratio=X ratio_spread=A..B alone_p99_us=..
+//     loaded_p99_us=..   (X: median over runs of loaded p99 / alone p99,
+//                         A..B its min..max; target X <= 1.2)
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -122,22 +125,25 @@ private:
 int main(int argc, char** argv) {
   int runs = 5;
   int samples = 2000;
+  options o;
+  o.secret = "qos";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--runs")
       runs = std::atoi(argv[i + 1]);
     else if (k == "--samples")
       samples = std::atoi(argv[i + 1]);
+    else if (!bench::tcp_option_flag(k, argv[i + 1], o)) {
+      std::fprintf(stderr, "bench_qos: unknown option %s\n", k.c_str());
+      return 2;
+    }
   }
-  const std::string secret = "qos";
   bench::receiver_process rx;
-  if (!bench::fork_receiver(region_len, secret, rx)) {
+  if (!bench::fork_receiver(region_len, o, rx)) {
     std::fprintf(stderr, "bench_qos: cannot start the receiver\n");
     return 1;
   }
-  options o;
   o.node = "sender";
-  o.secret = secret;
   auto be = make_tcp_backend(o);
   if (!be) {
     std::fprintf(stderr, "bench_qos: %s\n", to_string(be.error()).c_str());
@@ -152,11 +158,20 @@ int main(int argc, char** argv) {
   control_latencies(**be, *reg, rx.region, 500); // warm-up
   std::vector<double> alone99, loaded99, ratios;
   for (int r = 0; r < runs; ++r) {
-    auto alone = control_latencies(**be, *reg, rx.region, samples);
-    kv_stream kv{**be, *reg, rx.region};
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    auto loaded = control_latencies(**be, *reg, rx.region, samples);
-    auto gbps = kv.stop();
+    // Alone and loaded alternate in `phases` halves, so a change of the
+    // machine's other load during a run touches both sides alike.
+    constexpr int phases = 2;
+    std::vector<double> alone, loaded;
+    double gbps = 0;
+    for (int ph = 0; ph < phases; ++ph) {
+      auto a = control_latencies(**be, *reg, rx.region, samples / phases);
+      alone.insert(alone.end(), a.begin(), a.end());
+      kv_stream kv{**be, *reg, rx.region};
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      auto l = control_latencies(**be, *reg, rx.region, samples / phases);
+      loaded.insert(loaded.end(), l.begin(), l.end());
+      gbps += kv.stop() / phases;
+    }
     auto a99 = percentile(alone, 0.99);
     auto l99 = percentile(loaded, 0.99);
     std::printf("run %d: control_alone p50_us=%.1f p99_us=%.1f  "
@@ -178,6 +193,8 @@ int main(int argc, char** argv) {
               sl.median, sl.min, sl.max);
   std::printf("p99_ratio median=%.3f min=%.3f max=%.3f\n", sr.median, sr.min,
               sr.max);
-  std::printf("RESULT qos p99_ratio=%.3f\n", sr.median);
+  std::printf("RESULT qos runs=%d p99_ratio=%.3f ratio_spread=%.3f..%.3f "
+              "alone_p99_us=%.1f loaded_p99_us=%.1f\n",
+              runs, sr.median, sr.min, sr.max, sa.median, sl.median);
   return 0;
 }

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# bench/run qos [--runs N] [--samples N]: p99 latency of 4 KiB control writes
-# alone and while a kv stream saturates the same connection pair (tcp backend,
-# two processes on loopback). Last line:
-#   RESULT qos p99_ratio=X   (target <= 1.2)
+# bench/run qos [--runs N] [--samples N] [tcp option flags]: p99 latency of
+# 4 KiB control writes alone and while a kv stream saturates the same
+# connection pair (tcp backend, two processes on loopback); N runs (default
+# 5), each measuring alone then loaded. Last line:
+#   RESULT qos runs=N p99_ratio=X ratio_spread=A..B alone_p99_us=..
+#     loaded_p99_us=..   (X: median of the runs' loaded/alone p99; target
+#                         <= 1.2)
 # BUILD_DIR (set by bench/run) holds an optimised build.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -13,4 +16,5 @@ if [ -z "$bin" ]; then
   cmake --build "$BUILD_DIR" --target bench_qos >&2
   bin=$(find "$BUILD_DIR" -name bench_qos -type f -perm -u+x | head -1)
 fi
+echo "# bench qos: load: $(cut -d' ' -f1-3 /proc/loadavg)"
 exec "$bin" "$@"

@@ -1,16 +1,32 @@
 // bench_transport: throughput of the bulk transport, LevelDB db_bench style:
 // the named workloads below, several runs each, median and spread.
 //
-//   tcp_<size>   the tcp backend between this process and a forked receiver
-//                process on loopback; writes of <size> into a 64 MiB region,
-//                `window` batches in flight, for `seconds` per run.
-//   local_64m    the local backend copying 64 MiB between two in-process
-//                nodes, against a single-thread memcpy of the same bytes.
+//   tcp_<size>      the tcp backend between this process and a forked
+//                   receiver process on loopback; kv writes of <size> cycling
+//                   through a 64 MiB source and a 64 MiB destination region
+//                   (every write lands in memory not touched for a while, as
+//                   KV blocks do), `window` batches in flight.
+//   tcp_<size>_hot  the same, every write from and to the same <size> bytes:
+//                   the working set of the peers in bench/transport.sh
+//                   (iperf3 and ucx_perftest reuse one buffer per side).
+//   raw_<size>      no backend: a plain blocking send/recv loop between two
+//                   processes with tcp_<size>'s working set (the ceiling of
+//                   any TCP transport that copies once per side).
+//   local_64m       the local backend copying 64 MiB between two in-process
+//                   nodes, against a single-thread memcpy of the same bytes.
 //
 // Usage: bench_transport [--runs N] [--seconds S] [--only NAME]
+//                        [tcp option flags, see bulk_peer.hpp]
 // Output: one line per workload:
 //   <name> size=<bytes> median_gbps=X min_gbps=Y max_gbps=Z
-// (GB/s = 1e9 bytes/s), and for local also memcpy_gbps and ratio.
+// (GB/s = 1e9 bytes/s); tcp lines add the CPU seconds per GB moved of the
+// sending and the receiving process (medians), local lines memcpy_gbps and
+// ratio.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -27,28 +43,38 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
+enum class working_set { cycling, same_bytes };
+
 struct workload {
   const char* name;
   uint64_t size;
+  working_set ws;
 };
 
 const workload tcp_workloads[] = {
-    {"tcp_64k", 64 << 10},
-    {"tcp_1m", 1 << 20},
-    {"tcp_4m", 4 << 20},
+    {"tcp_64k", 64 << 10, working_set::cycling},
+    {"tcp_1m", 1 << 20, working_set::cycling},
+    {"tcp_4m", 4 << 20, working_set::cycling},
+    {"tcp_1m_hot", 1 << 20, working_set::same_bytes},
+    {"tcp_4m_hot", 4 << 20, working_set::same_bytes},
+};
+
+const workload raw_workloads[] = {
+    {"raw_1m", 1 << 20, working_set::cycling},
+    {"raw_4m", 4 << 20, working_set::cycling},
 };
 
 constexpr uint64_t region_len = 64 << 20;
 
 double tcp_run(backend& be, const local_registration& src,
                const transport::remote_region& dst, uint64_t size,
-               double seconds, int window) {
+               working_set ws, double seconds, int window) {
   std::mutex mtx;
   std::condition_variable cv;
   int inflight = 0;
   uint64_t bytes = 0;
   bool failed = false;
-  uint64_t slots = region_len / size;
+  uint64_t slots = ws == working_set::same_bytes ? 1 : region_len / size;
   uint64_t next = 0;
   auto start = clk::now();
   auto stop = start + std::chrono::duration<double>(seconds);
@@ -81,6 +107,124 @@ double tcp_run(backend& be, const local_registration& src,
   return static_cast<double>(bytes) / secs / 1e9;
 }
 
+/// One tcp run's rate and CPU cost per GB of both processes.
+struct tcp_sample {
+  double gbps = 0;
+  double tx_cpu_per_gb = 0;
+  double rx_cpu_per_gb = 0;
+};
+
+tcp_sample tcp_measured(backend& be, const local_registration& src,
+                        const transport::remote_region& dst, uint64_t size,
+                        working_set ws, double seconds, int window,
+                        pid_t rx_pid) {
+  auto tx0 = bench::cpu_seconds(::getpid());
+  auto rx0 = bench::cpu_seconds(rx_pid);
+  auto t0 = clk::now();
+  tcp_sample s;
+  s.gbps = tcp_run(be, src, dst, size, ws, seconds, window);
+  auto gb = s.gbps * std::chrono::duration<double>(clk::now() - t0).count();
+  s.tx_cpu_per_gb = (bench::cpu_seconds(::getpid()) - tx0) / gb;
+  s.rx_cpu_per_gb = (bench::cpu_seconds(rx_pid) - rx0) / gb;
+  return s;
+}
+
+/// A child process that accepts plain TCP connections, one after another:
+/// each starts with the 8-byte block size, then the receiver recv()s into a
+/// 64 MiB region, block after block, until the sender shuts down.
+struct raw_receiver {
+  pid_t pid = -1;
+  uint16_t port = 0;
+  ~raw_receiver() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+bool fork_raw_receiver(raw_receiver& out) {
+  int ls = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (ls < 0 || ::bind(ls, reinterpret_cast<sockaddr*>(&addr), len) != 0
+      || ::listen(ls, 4) != 0
+      || ::getsockname(ls, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return false;
+  out.port = ntohs(addr.sin_port);
+  out.pid = ::fork();
+  if (out.pid < 0)
+    return false;
+  if (out.pid > 0) {
+    ::close(ls);
+    return true;
+  }
+  std::vector<uint8_t> dst(region_len, 0);
+  for (;;) {
+    int fd = ::accept(ls, nullptr, nullptr);
+    if (fd < 0)
+      _exit(1);
+    int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    uint64_t block = 0;
+    if (::recv(fd, &block, sizeof(block), MSG_WAITALL) != sizeof(block)
+        || block == 0 || block > region_len)
+      _exit(1);
+    uint64_t off = 0;
+    for (;;) {
+      auto n = ::recv(fd, dst.data() + off, block - off % block, 0);
+      if (n <= 0)
+        break;
+      off += static_cast<uint64_t>(n);
+      if (off + block > region_len && off % block == 0)
+        off = 0;
+    }
+    ::close(fd);
+  }
+}
+
+/// One run of a raw workload: GB/s until the receiver has every byte.
+double raw_run(uint16_t port, uint64_t size, double seconds,
+               const std::vector<uint8_t>& src) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
+      || ::send(fd, &size, sizeof(size), 0) != sizeof(size)) {
+    std::fprintf(stderr, "bench_transport: raw peer unreachable\n");
+    std::exit(1);
+  }
+  uint64_t bytes = 0, off = 0;
+  auto start = clk::now();
+  auto stop = start + std::chrono::duration<double>(seconds);
+  while (clk::now() < stop) {
+    for (uint64_t done = 0; done < size;) {
+      auto n = ::send(fd, src.data() + off + done, size - done, MSG_NOSIGNAL);
+      if (n <= 0) {
+        std::fprintf(stderr, "bench_transport: raw send failed\n");
+        std::exit(1);
+      }
+      done += static_cast<uint64_t>(n);
+    }
+    bytes += size;
+    off = off + 2 * size > region_len ? 0 : off + size;
+  }
+  // Done when the receiver has read everything and closed its end.
+  ::shutdown(fd, SHUT_WR);
+  char c;
+  while (::recv(fd, &c, 1, 0) > 0) {
+  }
+  double secs = std::chrono::duration<double>(clk::now() - start).count();
+  ::close(fd);
+  return static_cast<double>(bytes) / secs / 1e9;
+}
+
 void print(const char* name, uint64_t size, const bench::summary& s,
            const char* extra = "") {
   std::printf("%s size=%llu median_gbps=%.3f min_gbps=%.3f max_gbps=%.3f%s\n",
@@ -95,6 +239,8 @@ int main(int argc, char** argv) {
   int runs = 5;
   double seconds = 2.0;
   std::string only;
+  options o;
+  o.secret = "bench";
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--runs")
@@ -103,19 +249,24 @@ int main(int argc, char** argv) {
       seconds = std::atof(argv[i + 1]);
     else if (k == "--only")
       only = argv[i + 1];
+    else if (!bench::tcp_option_flag(k, argv[i + 1], o)) {
+      std::fprintf(stderr, "bench_transport: unknown option %s\n", k.c_str());
+      return 2;
+    }
   }
-  const std::string secret = "bench";
+  // Children first, before this process starts threads.
+  raw_receiver raw;
+  if (!fork_raw_receiver(raw)) {
+    std::fprintf(stderr, "bench_transport: cannot start the raw receiver\n");
+    return 1;
+  }
   bench::receiver_process rx;
-  if (!bench::fork_receiver(region_len, secret, rx)) {
+  if (!bench::fork_receiver(region_len, o, rx)) {
     std::fprintf(stderr, "bench_transport: cannot start the receiver\n");
     return 1;
   }
   {
-    options o;
     o.node = "sender";
-    o.secret = secret;
-    if (auto nice = std::getenv("DUALPATH_KV_RX_NICE"))
-      o.kv_rx_nice = std::atoi(nice);
     auto be = make_tcp_backend(o);
     if (!be) {
       std::fprintf(stderr, "bench_transport: %s\n",
@@ -133,12 +284,43 @@ int main(int argc, char** argv) {
         continue;
       // Keep about 16 MiB in flight (at least 4 batches), like a stream.
       int window = static_cast<int>(std::max<uint64_t>(4, (16 << 20) / w.size));
-      tcp_run(**be, *reg, rx.region, w.size, 0.3, window); // warm-up
-      std::vector<double> xs;
-      for (int r = 0; r < runs; ++r)
-        xs.push_back(tcp_run(**be, *reg, rx.region, w.size, seconds, window));
-      print(w.name, w.size, bench::summarize(xs));
+      tcp_run(**be, *reg, rx.region, w.size, w.ws, 0.3, window); // warm-up
+      std::vector<double> xs, tx, rxc;
+      for (int r = 0; r < runs; ++r) {
+        auto m = tcp_measured(**be, *reg, rx.region, w.size, w.ws, seconds,
+                              window, rx.pid);
+        xs.push_back(m.gbps);
+        tx.push_back(m.tx_cpu_per_gb);
+        rxc.push_back(m.rx_cpu_per_gb);
+      }
+      char extra[128];
+      std::snprintf(extra, sizeof(extra),
+                    " tx_cpu_s_per_gb=%.3f rx_cpu_s_per_gb=%.3f",
+                    bench::summarize(tx).median, bench::summarize(rxc).median);
+      print(w.name, w.size, bench::summarize(xs), extra);
     }
+  }
+  for (auto& w : raw_workloads) {
+    if (!only.empty() && only != w.name)
+      continue;
+    std::vector<uint8_t> src(region_len, 0x5A);
+    raw_run(raw.port, w.size, 0.3, src); // warm-up
+    std::vector<double> xs, tx, rxc;
+    for (int r = 0; r < runs; ++r) {
+      auto tx0 = bench::cpu_seconds(::getpid());
+      auto rx0 = bench::cpu_seconds(raw.pid);
+      auto t0 = clk::now();
+      auto gbps = raw_run(raw.port, w.size, seconds, src);
+      auto gb = gbps * std::chrono::duration<double>(clk::now() - t0).count();
+      xs.push_back(gbps);
+      tx.push_back((bench::cpu_seconds(::getpid()) - tx0) / gb);
+      rxc.push_back((bench::cpu_seconds(raw.pid) - rx0) / gb);
+    }
+    char extra[128];
+    std::snprintf(extra, sizeof(extra),
+                  " tx_cpu_s_per_gb=%.3f rx_cpu_s_per_gb=%.3f",
+                  bench::summarize(tx).median, bench::summarize(rxc).median);
+    print(w.name, w.size, bench::summarize(xs), extra);
   }
   if (only.empty() || only == "local_64m") {
     auto fabric = make_local_fabric();

@@ -67,6 +67,40 @@ void add_transport(std::vector<key_spec>& out) {
   out.push_back(string_key("transport.tcp_listen", "127.0.0.1:0",
                            "host:port the tcp backend listens on (port 0: "
                            "any free port)."));
+  out.push_back(choice_key("transport.tcp_kv_sched", "idle",
+                           {"idle", "batch", "normal"},
+                           "CPU scheduling of the tcp backend's kv sender and "
+                           "receive threads: idle (SCHED_IDLE, only time no "
+                           "other thread wants), batch (SCHED_BATCH at "
+                           "tcp_kv_nice) or normal (at tcp_kv_nice), so "
+                           "control threads run first on a busy host."));
+  out.push_back(int_key("transport.tcp_kv_nice", 10, "",
+                        "Niceness of the tcp kv threads when tcp_kv_sched is "
+                        "batch or normal.",
+                        range::between(-20, 19)));
+  out.push_back(int_key("transport.tcp_control_nice", 0, "",
+                        "Niceness of the tcp control threads; 0 leaves it; "
+                        "below 0 needs CAP_SYS_NICE.",
+                        range::between(-20, 19)));
+  out.push_back(int_key("transport.tcp_priority_control", 6, "",
+                        "SO_PRIORITY of tcp control sockets (the host's "
+                        "queueing disciplines).",
+                        range::between(0, 6)));
+  out.push_back(int_key("transport.tcp_priority_kv", 1, "",
+                        "SO_PRIORITY of tcp kv sockets.",
+                        range::between(0, 6)));
+  out.push_back(int_key("transport.tcp_tos_control", 184, "",
+                        "IP TOS byte of tcp control sockets (184: DSCP EF).",
+                        range::between(0, 255)));
+  out.push_back(int_key("transport.tcp_tos_kv", 32, "",
+                        "IP TOS byte of tcp kv sockets (32: DSCP CS1, lower "
+                        "effort).",
+                        range::between(0, 255)));
+  out.push_back(int_key("transport.tcp_kv_chunk_kib", 256, "KiB",
+                        "Largest kv send or receive of one system call, so a "
+                        "waking control thread never waits long behind a kv "
+                        "copy in the kernel.",
+                        range::between(4, 65536)));
 }
 
 } // namespace dualpath::config::keys

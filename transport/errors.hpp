@@ -38,6 +38,9 @@ enum class transport_errc : uint8_t {
   system_error,
   /// Injected by the fault-injection decorator.
   injected_fault,
+  /// A setting or a peer's connection details are malformed or out of range
+  /// (the context names the key or value).
+  bad_config,
 };
 
 std::string to_string(transport_errc x);

@@ -71,6 +71,8 @@ std::string to_string(transport_errc x) {
       return "system_error";
     case transport_errc::injected_fault:
       return "injected_fault";
+    case transport_errc::bad_config:
+      return "bad_config";
   }
   return "transport_errc(" + std::to_string(static_cast<int>(x)) + ")";
 }

@@ -10,6 +10,18 @@ std::string to_string(memory_kind x) {
   return x == memory_kind::host ? "host" : "device";
 }
 
+std::string to_string(tcp_cpu_sched x) {
+  switch (x) {
+    case tcp_cpu_sched::normal:
+      return "normal";
+    case tcp_cpu_sched::batch:
+      return "batch";
+    case tcp_cpu_sched::idle:
+      return "idle";
+  }
+  return "tcp_cpu_sched(" + std::to_string(static_cast<int>(x)) + ")";
+}
+
 local_registration::local_registration(local_registration&& other) noexcept
     : lkey(other.lkey),
       owner_(std::exchange(other.owner_, nullptr)),

@@ -214,7 +214,9 @@ public:
   /// Queues `b` (all writes to one node); `sink` receives its completion.
   virtual void post(batch b, completion_sink sink) = 0;
 
-  /// Called on a backend thread when a write with an immediate lands here.
+  /// Called on a backend thread when a write with an immediate lands here
+  /// (tcp: on the receive thread of the write's class, so two calls may
+  /// overlap).
   virtual void on_immediate(immediate_handler f) = 0;
 
   virtual counters stats() const = 0;
@@ -233,6 +235,18 @@ protected:
   static caf::error validate(const batch& b);
 };
 
+/// How the operating system schedules the tcp backend's kv threads.
+enum class tcp_cpu_sched : uint8_t {
+  /// SCHED_OTHER at `tcp_kv_nice`.
+  normal,
+  /// SCHED_BATCH at `tcp_kv_nice` (no wake-up preemption of others).
+  batch,
+  /// SCHED_IDLE: only CPU time no other thread wants.
+  idle,
+};
+
+std::string to_string(tcp_cpu_sched x);
+
 /// Settings of every backend (`transport.*` config keys).
 struct options {
   std::string backend = "auto"; ///< auto|verbs|tcp|local.
@@ -243,12 +257,22 @@ struct options {
   std::string secret;       ///< Shared secret for the HMAC handshake.
   uint64_t max_frame_mib = 64;
   uint64_t slice_kib = 1024;
-  /// CPU niceness of the tcp kv receive thread (control's stays at 0), so a
-  /// busy host serves control frames first; 0 disables.
-  int kv_rx_nice = 10;
+  /// Scheduling of the tcp kv sender and receive threads, so a busy host
+  /// runs control threads first.
+  tcp_cpu_sched tcp_kv_sched = tcp_cpu_sched::idle;
+  int tcp_kv_nice = 10;         ///< kv threads' niceness (normal and batch).
+  int tcp_control_nice = 0;     ///< Control threads' niceness; 0 leaves it.
+  int tcp_priority_control = 6; ///< SO_PRIORITY of control sockets (0..6).
+  int tcp_priority_kv = 1;      ///< SO_PRIORITY of kv sockets (0..6).
+  int tcp_tos_control = 0xb8;   ///< IP TOS byte of control (DSCP EF).
+  int tcp_tos_kv = 0x20;        ///< IP TOS byte of kv (DSCP CS1).
+  /// Largest kv send or receive per system call, so a control thread never
+  /// waits long for a kv copy in the kernel to end.
+  uint32_t tcp_kv_chunk_kib = 256;
   uint32_t weight_control = 99;
   uint32_t weight_kv = 1;
-  uint32_t max_pending_batches = 4096; ///< Per peer; more fail queue_full.
+  /// Per peer and traffic class (tcp); more fail queue_full.
+  uint32_t max_pending_batches = 4096;
   std::chrono::milliseconds default_deadline{5000};
   std::chrono::milliseconds io_timeout{2000}; ///< Handshake/half-open bound.
   // verbs (ranges checked when the backend opens; errors name the key)

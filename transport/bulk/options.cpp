@@ -44,16 +44,43 @@ caf::expected<options> options_from(const config::settings& cfg,
       static_cast<int>(cfg.integer("transport.verbs_hop_limit"));
   o.verbs_handshake_port =
       static_cast<uint16_t>(cfg.integer("transport.verbs_handshake_port"));
+  const auto& sched = cfg.string("transport.tcp_kv_sched");
+  if (sched == "idle")
+    o.tcp_kv_sched = tcp_cpu_sched::idle;
+  else if (sched == "batch")
+    o.tcp_kv_sched = tcp_cpu_sched::batch;
+  else if (sched == "normal")
+    o.tcp_kv_sched = tcp_cpu_sched::normal;
+  else
+    return caf::make_error(transport_errc::bad_config,
+                           "transport.tcp_kv_sched must be idle, batch or "
+                           "normal, got "
+                               + sched);
+  o.tcp_kv_nice = static_cast<int>(cfg.integer("transport.tcp_kv_nice"));
+  o.tcp_control_nice =
+      static_cast<int>(cfg.integer("transport.tcp_control_nice"));
+  o.tcp_priority_control =
+      static_cast<int>(cfg.integer("transport.tcp_priority_control"));
+  o.tcp_priority_kv =
+      static_cast<int>(cfg.integer("transport.tcp_priority_kv"));
+  o.tcp_tos_control =
+      static_cast<int>(cfg.integer("transport.tcp_tos_control"));
+  o.tcp_tos_kv = static_cast<int>(cfg.integer("transport.tcp_tos_kv"));
+  o.tcp_kv_chunk_kib =
+      static_cast<uint32_t>(cfg.integer("transport.tcp_kv_chunk_kib"));
   const auto& listen = cfg.string("transport.tcp_listen");
   auto colon = listen.rfind(':');
   if (colon == std::string::npos)
-    return caf::make_error(transport_errc::bad_frame,
+    return caf::make_error(transport_errc::bad_config,
                            "transport.tcp_listen must be host:port, got "
                                + listen);
   o.listen_host = listen.substr(0, colon);
-  auto port = std::strtoul(listen.c_str() + colon + 1, nullptr, 10);
-  if (port > 65535)
-    return caf::make_error(transport_errc::bad_frame,
+  auto digits = listen.substr(colon + 1);
+  auto port = std::strtoul(digits.c_str(), nullptr, 10);
+  if (digits.empty()
+      || digits.find_first_not_of("0123456789") != std::string::npos
+      || port > 65535)
+    return caf::make_error(transport_errc::bad_config,
                            "transport.tcp_listen port out of range: " + listen);
   o.listen_port = static_cast<uint16_t>(port);
   return o;

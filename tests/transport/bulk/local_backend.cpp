@@ -163,4 +163,12 @@ TEST_CASE("options come from the transport.* configuration keys") {
   REQUIRE(o);
   CHECK(o->listen_port == 7001);
   CHECK(o->weight_kv == 3);
+  for (auto bad : {"no-port", "127.0.0.1:", "127.0.0.1:99999", "h:12x"}) {
+    INFO(bad);
+    REQUIRE(!cfg.set_text("transport.tcp_listen", bad,
+                          dualpath::config::value_source::override_value, "t"));
+    auto e = options_from(cfg, "n1");
+    REQUIRE(!e);
+    CHECK(code_of(e.error()) == transport_errc::bad_config);
+  }
 }

@@ -1,0 +1,135 @@
+// ctest-label: transport
+// How the OS treats each traffic class, read back from the kernel: a socket
+// carries the class's IP TOS byte and SO_PRIORITY (getsockopt); a thread gets
+// its name and the class's scheduling policy and niceness
+// (sched_getscheduler, getpriority); kv system calls are bounded.
+#include <doctest/doctest.h>
+
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <future>
+#include <string>
+#include <thread>
+
+#include "transport/bulk/tcp_class_policy.hpp"
+#include "transport/bulk/tcp_socket.hpp"
+
+using namespace dualpath::transport;
+using namespace dualpath::transport::bulk;
+
+namespace {
+
+int sockopt(int fd, int level, int name) {
+  int v = -1;
+  socklen_t len = sizeof(v);
+  REQUIRE(::getsockopt(fd, level, name, &v, &len) == 0);
+  return v;
+}
+
+/// What a thread looks like after apply_thread_policy.
+struct thread_view {
+  caf::error err;
+  int policy = -1;
+  int nice = 0;
+  std::string comm;
+};
+
+thread_view run_policy(const options& o, traffic_class tc, const char* name) {
+  std::promise<thread_view> p;
+  std::thread t{[&] {
+    thread_view v;
+    v.err = apply_thread_policy(o, tc, name);
+    v.policy = ::sched_getscheduler(0);
+    errno = 0;
+    v.nice =
+        ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
+    std::ifstream in{"/proc/self/task/" + std::to_string(::syscall(SYS_gettid))
+                     + "/comm"};
+    std::getline(in, v.comm);
+    p.set_value(std::move(v));
+  }};
+  auto v = p.get_future().get();
+  t.join();
+  return v;
+}
+
+} // namespace
+
+TEST_CASE("sockets carry their class's TOS byte and SO_PRIORITY") {
+  options o;
+  o.tcp_tos_control = 0xb8;
+  o.tcp_priority_control = 6;
+  o.tcp_tos_kv = 0x20;
+  o.tcp_priority_kv = 1;
+  for (auto tc : {traffic_class::control, traffic_class::kv}) {
+    auto fd = tcp_socket();
+    REQUIRE(fd);
+    REQUIRE(!apply_socket_policy(fd->get(), o, tc));
+    bool ctl = tc == traffic_class::control;
+    CHECK(sockopt(fd->get(), IPPROTO_IP, IP_TOS) == (ctl ? 0xb8 : 0x20));
+    CHECK(sockopt(fd->get(), SOL_SOCKET, SO_PRIORITY) == (ctl ? 6 : 1));
+  }
+  // A call the kernel refuses is an error naming it.
+  auto err = apply_socket_policy(-1, o, traffic_class::kv);
+  REQUIRE(err);
+  CHECK(static_cast<transport_errc>(err.code())
+        == transport_errc::system_error);
+  CHECK(to_string(err).find("IP_TOS") != std::string::npos);
+}
+
+TEST_CASE("kv threads run at the configured lowest priority, control ahead") {
+  options o;
+  o.tcp_kv_sched = tcp_cpu_sched::idle;
+  auto kv = run_policy(o, traffic_class::kv, "dp-test-kv");
+  REQUIRE(!kv.err);
+  CHECK(kv.policy == SCHED_IDLE);
+  CHECK(kv.comm == "dp-test-kv");
+
+  o.tcp_kv_sched = tcp_cpu_sched::batch;
+  o.tcp_kv_nice = 7;
+  auto batch = run_policy(o, traffic_class::kv, "dp-test-batch");
+  REQUIRE(!batch.err);
+  CHECK(batch.policy == SCHED_BATCH);
+  CHECK(batch.nice == 7);
+
+  o.tcp_kv_sched = tcp_cpu_sched::normal;
+  o.tcp_kv_nice = 3;
+  auto normal = run_policy(o, traffic_class::kv, "dp-test-normal");
+  REQUIRE(!normal.err);
+  CHECK(normal.policy == SCHED_OTHER);
+  CHECK(normal.nice == 3);
+
+  // Control keeps the process's scheduling (nice 0 here) unless told.
+  auto ctl = run_policy(o, traffic_class::control, "dp-test-ctl");
+  REQUIRE(!ctl.err);
+  CHECK(ctl.policy == SCHED_OTHER);
+  CHECK(ctl.nice == ::getpriority(PRIO_PROCESS, 0));
+  o.tcp_control_nice = 2;
+  auto ctl2 = run_policy(o, traffic_class::control, "dp-test-ctl2");
+  REQUIRE(!ctl2.err);
+  CHECK(ctl2.nice == 2);
+}
+
+TEST_CASE("a thread name the kernel refuses is an error naming the call") {
+  options o;
+  auto v = run_policy(o, traffic_class::control,
+                      "a-name-longer-than-fifteen-characters");
+  REQUIRE(v.err);
+  CHECK(to_string(v.err).find("pthread_setname_np") != std::string::npos);
+}
+
+TEST_CASE("kv system calls are bounded, control ones are not") {
+  options o;
+  o.tcp_kv_chunk_kib = 128;
+  CHECK(syscall_chunk(o, traffic_class::kv, 1 << 20) == 128 * 1024);
+  CHECK(syscall_chunk(o, traffic_class::control, 1 << 20) == 1 << 20);
+  o.tcp_kv_chunk_kib = 1;
+  CHECK(syscall_chunk(o, traffic_class::kv, 1 << 20) == 4096);
+}

@@ -1,0 +1,48 @@
+// How the operating system treats each traffic class of the tcp backend, so
+// that KV bytes never delay control bytes even where the kv stream can fill
+// every core: each class has its own sockets, marked with the class's IP TOS
+// byte (DSCP, for switches) and SO_PRIORITY (the host's queueing
+// disciplines), and its own sender and receive threads; the kv threads run at
+// the lowest CPU priority (SCHED_IDLE by default) and control threads ahead of
+// them, and a kv system call moves at most `tcp_kv_chunk_kib`, so a waking
+// control thread preempts a kv thread within one short copy.
+//
+// Thread safety: free functions; the thread functions act on the calling
+// thread only.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <thread>
+
+#include <caf/error.hpp>
+
+#include "transport/bulk/backend.hpp"
+
+namespace dualpath::transport::bulk {
+
+/// The class's IP TOS byte and SO_PRIORITY (in this order: setting the TOS
+/// may reset the priority), on a connected or accepted socket.
+caf::error apply_socket_policy(int fd, const options& opts, traffic_class tc);
+
+/// Names the calling thread `name` (at most 15 characters, as
+/// /proc/self/task/<tid>/comm shows it) and applies the class's scheduling:
+/// control threads get `tcp_control_nice` (when not 0), kv threads
+/// `tcp_kv_sched` and `tcp_kv_nice`. Errors name the call (setpriority with
+/// a negative niceness needs CAP_SYS_NICE).
+caf::error apply_thread_policy(const options& opts, traffic_class tc,
+                               const char* name);
+
+/// Starts a thread of class `tc` named `name`: it applies
+/// apply_thread_policy, reports the result, and runs `body` only when that
+/// succeeded. Returns once the policy is applied: the thread (running
+/// `body`) or the error (the thread already joined).
+caf::error start_class_thread(std::thread& out, const options& opts,
+                              traffic_class tc, const char* name,
+                              std::function<void()> body);
+
+/// Bytes one system call of class `tc` may move (kv: tcp_kv_chunk_kib;
+/// control: `fallback`).
+size_t syscall_chunk(const options& opts, traffic_class tc, size_t fallback);
+
+} // namespace dualpath::transport::bulk

@@ -1,0 +1,89 @@
+// What the tcp backend's sender and receiver share: the settings, the table
+// of registered regions incoming writes land in, the counters and the
+// handler of incoming immediates.
+//
+// Thread safety: `opts` is immutable after construction; every member
+// function is thread-safe. Counters and the handler are read and updated
+// without a lock, so a kv thread at the lowest CPU priority that is
+// preempted mid-update never holds up a control thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "transport/bulk/backend.hpp"
+#include "transport/bulk/region_table.hpp"
+
+namespace dualpath::transport::bulk {
+
+/// The `counters` of backend.hpp as atomics (same fields, same meaning).
+struct tcp_counters {
+  using value = std::atomic<uint64_t>;
+  value batches_posted{0};
+  value batches_completed{0};
+  value batches_failed{0};
+  value bytes_sent[traffic_class_count] = {};
+  value bytes_received{0};
+  value contended_bytes[traffic_class_count] = {};
+  value rejected_unknown_region{0};
+  value rejected_wrong_key{0};
+  value rejected_out_of_bounds{0};
+  value rejected_bad_frame{0};
+  value rejected_unauthenticated{0};
+  value dropped_half_open{0};
+  value deadline_exceeded{0};
+  value peer_lost{0};
+  value connections_accepted{0};
+  value connects{0};
+
+  counters snapshot() const {
+    counters s;
+    s.batches_posted = batches_posted;
+    s.batches_completed = batches_completed;
+    s.batches_failed = batches_failed;
+    for (size_t c = 0; c < traffic_class_count; ++c) {
+      s.bytes_sent[c] = bytes_sent[c];
+      s.contended_bytes[c] = contended_bytes[c];
+    }
+    s.bytes_received = bytes_received;
+    s.rejected_unknown_region = rejected_unknown_region;
+    s.rejected_wrong_key = rejected_wrong_key;
+    s.rejected_out_of_bounds = rejected_out_of_bounds;
+    s.rejected_bad_frame = rejected_bad_frame;
+    s.rejected_unauthenticated = rejected_unauthenticated;
+    s.dropped_half_open = dropped_half_open;
+    s.deadline_exceeded = deadline_exceeded;
+    s.peer_lost = peer_lost;
+    s.connections_accepted = connections_accepted;
+    s.connects = connects;
+    return s;
+  }
+};
+
+class tcp_context {
+public:
+  explicit tcp_context(const options& o) : opts(o) {
+    // nop
+  }
+
+  const options opts;
+  region_table regions;
+  tcp_counters stats;
+
+  void on_immediate(immediate_handler f) {
+    std::atomic_store(&handler_,
+                      std::make_shared<const immediate_handler>(std::move(f)));
+  }
+
+  /// Calls the handler (outside any lock of ours).
+  void signal_immediate(const incoming_immediate& x) const {
+    auto f = std::atomic_load(&handler_);
+    if (f && *f)
+      (*f)(x);
+  }
+
+private:
+  std::shared_ptr<const immediate_handler> handler_;
+};
+
+} // namespace dualpath::transport::bulk

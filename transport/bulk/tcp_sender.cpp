@@ -1,0 +1,631 @@
+#include "transport/bulk/tcp_sender.hpp"
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <thread>
+#include <vector>
+
+#include "transport/bulk/tcp_class_policy.hpp"
+#include "transport/bulk/tcp_handshake.hpp"
+#include "transport/bulk/tcp_socket.hpp"
+#include "transport/bulk/tcp_wire.hpp"
+#include "transport/bulk/wrr.hpp"
+
+namespace dualpath::transport::bulk {
+
+struct tcp_sender::peer_link {
+  peer_link(std::string n, uint32_t wc, uint32_t wk)
+      : name(std::move(n)), arbiter(wc, wk) {
+    // nop
+  }
+  const std::string name;
+  shared_wrr arbiter;
+  /// Batches posted and not yet completed, per class (queue_full bound).
+  std::array<std::atomic<uint32_t>, traffic_class_count> pending{};
+};
+
+namespace {
+
+using link_ptr = std::shared_ptr<tcp_sender::peer_link>;
+
+struct batch_state {
+  uint64_t tag = 0;
+  completion_sink sink;
+  clock_type::time_point deadline;
+  uint32_t ops = 0;
+  uint32_t slices_left = 0;
+  uint64_t acked_bytes = 0;
+  link_ptr link;
+  bool done = false;
+};
+
+using batch_ptr = std::shared_ptr<batch_state>;
+
+/// One frame: a header and the source bytes of its payload.
+struct slice {
+  batch_ptr b;
+  wire::frame_header hdr;
+  const uint8_t* src = nullptr;
+  size_t sent = 0; ///< Header + payload bytes already written.
+};
+
+/// A request from a poster to a lane, applied in order on the lane thread.
+struct command {
+  enum class kind : uint8_t { address, post, drop };
+  kind what = kind::post;
+  link_ptr link;
+  std::string host;
+  uint16_t port = 0;
+  batch_ptr b;
+  std::vector<slice> slices;
+};
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             clock_type::now().time_since_epoch())
+      .count();
+}
+
+constexpr size_t quantum = 64 * 1024;       // contended grant
+constexpr size_t pass_budget = 1024 * 1024; // per peer per pass
+
+} // namespace
+
+/// One sender thread and everything it owns (see header).
+class tcp_sender::lane {
+public:
+  lane(tcp_context& ctx, traffic_class tc) : ctx_(ctx), tc_(tc) {
+    // nop
+  }
+
+  void set_other(lane* other) {
+    other_ = other;
+  }
+
+  /// Makes the epoll set; both lanes' exist before either thread runs (a
+  /// lane wakes the other).
+  caf::error open() {
+    return poll_.open();
+  }
+
+  caf::error start() {
+    return start_class_thread(thread_, ctx_.opts, tc_,
+                              tc_ == traffic_class::control ? "dp-tcp-tx-ctl"
+                                                            : "dp-tcp-tx-kv",
+                              [this] { run(); });
+  }
+
+  /// Tells the thread to end its loop (any thread).
+  void request_stop() {
+    stop_ = true;
+    static_cast<void>(poll_.wake()); // else the bounded poll ends it
+  }
+
+  /// Joins the thread (after both lanes were told to stop), then fails
+  /// whatever is left; from then on enqueue() refuses.
+  void join() {
+    if (thread_.joinable())
+      thread_.join();
+    {
+      // From now on enqueue() refuses: nothing would complete what it took.
+      std::lock_guard<std::mutex> guard{inbox_mtx_};
+      stopped_ = true;
+    }
+    take_inbox();
+    for (auto& p : peers_)
+      fail_conn(
+          *p, caf::make_error(transport_errc::peer_lost, "backend shut down"));
+    // Batches still in the inbox of a lane that never ran.
+    for (auto& b : batches_)
+      finish(*b,
+             caf::make_error(transport_errc::peer_lost, "backend shut down"));
+    batches_.clear();
+    deliver();
+  }
+
+  void set_address(link_ptr link, std::string host, uint16_t port) {
+    command cmd;
+    cmd.what = command::kind::address;
+    cmd.host = std::move(host);
+    cmd.port = port;
+    {
+      std::lock_guard<std::mutex> guard{inbox_mtx_};
+      registry_[link->name] = link;
+      cmd.link = std::move(link);
+      inbox_.push_back(std::move(cmd));
+    }
+    poke();
+  }
+
+  caf::error enqueue(const batch& b, completion_sink& sink) {
+    const auto& opts = ctx_.opts;
+    // Slice outside the inbox lock (frames never exceed the receiver's
+    // bound); sequence numbers are assigned on the lane thread.
+    const auto slice_len = std::max<uint64_t>(
+        std::min(opts.slice_kib << 10, opts.max_frame_mib << 20), 1);
+    command cmd;
+    cmd.b = std::make_shared<batch_state>();
+    auto& st = *cmd.b;
+    st.tag = b.tag;
+    st.deadline = b.deadline;
+    st.ops = static_cast<uint32_t>(b.writes.size());
+    for (size_t wi = 0; wi < b.writes.size(); ++wi) {
+      const auto& w = b.writes[wi];
+      auto src =
+          static_cast<const uint8_t*>(w.source->data()) + w.source_offset;
+      uint64_t off = 0;
+      do {
+        auto n = std::min(slice_len, w.destination.length - off);
+        slice s;
+        s.b = cmd.b;
+        s.src = src + off;
+        s.hdr = wire::make_header(w.destination.region_id, w.destination.key,
+                                  w.destination.offset + off, n, tc_);
+        bool last =
+            wi + 1 == b.writes.size() && off + n == w.destination.length;
+        if (last && b.immediate)
+          wire::set_immediate(s.hdr, *b.immediate);
+        cmd.slices.push_back(std::move(s));
+        off += n;
+      } while (off < w.destination.length);
+    }
+    st.slices_left = static_cast<uint32_t>(cmd.slices.size());
+    const auto& node = b.writes.front().destination.node;
+    {
+      std::lock_guard<std::mutex> guard{inbox_mtx_};
+      if (stopped_)
+        return caf::make_error(transport_errc::peer_lost, "backend shut down");
+      auto i = registry_.find(node);
+      if (i == registry_.end())
+        return caf::make_error(transport_errc::peer_lost,
+                               "unknown peer " + node);
+      auto& pending = i->second->pending[static_cast<size_t>(tc_)];
+      if (pending.fetch_add(1) >= opts.max_pending_batches) {
+        pending.fetch_sub(1);
+        return caf::make_error(transport_errc::queue_full,
+                               "too many pending " + to_string(tc_)
+                                   + " batches to " + node);
+      }
+      st.link = i->second;
+      st.sink = std::move(sink);
+      cmd.link = i->second;
+      inbox_.push_back(std::move(cmd));
+    }
+    ctx_.stats.batches_posted += 1;
+    poke();
+    return caf::none;
+  }
+
+  void drop_peer(const std::string& peer) {
+    {
+      std::lock_guard<std::mutex> guard{inbox_mtx_};
+      auto i = registry_.find(peer);
+      if (i == registry_.end())
+        return;
+      command cmd;
+      cmd.what = command::kind::drop;
+      cmd.link = i->second;
+      inbox_.push_back(std::move(cmd));
+    }
+    poke();
+  }
+
+  /// Makes the lane look at its inbox and arbiters soon (any thread); the
+  /// eventfd is written only when the lane sleeps or is about to.
+  void poke() {
+    poked_.store(true);
+    if (idle_.load())
+      static_cast<void>(poll_.wake()); // else the bounded poll ends it
+  }
+
+private:
+  /// The lane's view of one peer: its connection of this class.
+  struct lane_peer {
+    link_ptr link;
+    std::string host;
+    uint16_t port = 0;
+    unique_fd fd;
+    bool writable = false;
+    std::deque<slice> queue;    ///< Not yet (fully) written.
+    std::deque<slice> inflight; ///< Written, awaiting an ack (in order).
+    std::array<uint8_t, 64 * sizeof(wire::ack)> ack_buf{};
+    size_t ack_have = 0;
+    uint64_t next_seq = 1;
+  };
+
+  lane_peer& peer_of(const link_ptr& link) {
+    auto i = index_.find(link.get());
+    if (i != index_.end())
+      return *peers_[i->second];
+    peers_.push_back(std::make_unique<lane_peer>());
+    peers_.back()->link = link;
+    index_.emplace(link.get(), peers_.size() - 1);
+    return *peers_.back();
+  }
+
+  void take_inbox() {
+    std::vector<command> cmds;
+    {
+      std::lock_guard<std::mutex> guard{inbox_mtx_};
+      cmds.swap(inbox_);
+    }
+    for (auto& cmd : cmds) {
+      auto& p = peer_of(cmd.link);
+      switch (cmd.what) {
+        case command::kind::address:
+          p.host = std::move(cmd.host);
+          p.port = cmd.port;
+          break;
+        case command::kind::drop:
+          fail_conn(p,
+                    caf::make_error(transport_errc::peer_lost, "peer dropped"));
+          break;
+        case command::kind::post:
+          for (auto& s : cmd.slices) {
+            s.hdr.seq = p.next_seq++;
+            p.queue.push_back(std::move(s));
+          }
+          batches_.push_back(std::move(cmd.b));
+          break;
+      }
+    }
+  }
+
+  void finish(batch_state& b, caf::error err) {
+    if (b.done)
+      return;
+    b.done = true;
+    b.link->pending[static_cast<size_t>(tc_)].fetch_sub(1);
+    auto& s = ctx_.stats;
+    if (err) {
+      s.batches_failed += 1;
+      auto code = static_cast<transport_errc>(err.code());
+      if (code == transport_errc::deadline_exceeded)
+        s.deadline_exceeded += 1;
+      else if (code == transport_errc::peer_lost)
+        s.peer_lost += 1;
+    } else {
+      s.batches_completed += 1;
+    }
+    completion res{b.tag, b.acked_bytes, err ? b.ops : 0, std::move(err)};
+    done_.emplace_back(std::move(b.sink), std::move(res));
+  }
+
+  /// Closes a connection and fails every batch with a slice on it.
+  void fail_conn(lane_peer& p, const caf::error& err) {
+    if (p.fd)
+      static_cast<void>(poll_.remove(p.fd.get())); // closing unwatches too
+    p.fd.reset();
+    p.writable = false;
+    p.ack_have = 0;
+    for (auto* q : {&p.inflight, &p.queue})
+      for (auto& s : *q)
+        finish(*s.b, err);
+    p.inflight.clear();
+    p.queue.clear();
+    if (p.link->arbiter.set_ready(static_cast<size_t>(tc_), false, now_ns()))
+      other_->poke();
+  }
+
+  /// Epoll token of peer `pi`; never poller::wake_token.
+  static uint64_t token_of(size_t pi) {
+    return uint64_t{pi};
+  }
+
+  void connect_needed() {
+    const auto& opts = ctx_.opts;
+    for (size_t pi = 0; pi < peers_.size(); ++pi) {
+      auto& p = *peers_[pi];
+      if (p.fd || p.queue.empty())
+        continue;
+      dial_request req{p.host,    p.port,      tc_,
+                       opts.node, opts.secret, opts.io_timeout};
+      ctx_.stats.connects += 1;
+      auto fd = dial(req);
+      if (fd)
+        if (auto err = apply_socket_policy(fd->get(), opts, tc_))
+          fd = std::move(err);
+      if (fd)
+        if (auto err = poll_.add(fd->get(), EPOLLIN | EPOLLOUT | EPOLLET,
+                                 token_of(pi)))
+          fd = std::move(err);
+      if (!fd) {
+        fail_conn(p, fd.error());
+        continue;
+      }
+      p.fd = std::move(*fd);
+      p.writable = true;
+      p.ack_have = 0;
+    }
+  }
+
+  /// Reads acknowledgements until the socket has none.
+  void read_acks(lane_peer& p) {
+    const auto& name = p.link->name;
+    constexpr size_t ack_len = sizeof(wire::ack);
+    for (;;) {
+      if (!p.fd)
+        return;
+      // Several acknowledgements per call; a short read drained the socket.
+      auto asked = p.ack_buf.size() - p.ack_have;
+      auto r = recv_some(p.fd.get(), p.ack_buf.data() + p.ack_have, asked);
+      if (r.status == io_status::would_block)
+        return;
+      if (r.status != io_status::progress) {
+        auto why = "connection to " + name + " lost";
+        if (r.error)
+          why += ": " + to_string(r.error);
+        fail_conn(p, caf::make_error(transport_errc::peer_lost, why));
+        return;
+      }
+      p.ack_have += r.bytes;
+      size_t used = 0;
+      for (; used + ack_len <= p.ack_have; used += ack_len) {
+        wire::ack a;
+        std::memcpy(&a, p.ack_buf.data() + used, ack_len);
+        if (!on_ack(p, a))
+          return; // the connection failed
+      }
+      std::memmove(p.ack_buf.data(), p.ack_buf.data() + used,
+                   p.ack_have - used);
+      p.ack_have -= used;
+      if (r.bytes < asked)
+        return;
+    }
+  }
+
+  /// Applies one acknowledgement; false when it was garbled (the
+  /// connection is then failed).
+  bool on_ack(lane_peer& p, const wire::ack& a) {
+    const auto& name = p.link->name;
+    if (a.magic != wire::ack_magic || p.inflight.empty()
+        || a.seq != p.inflight.front().hdr.seq) {
+      fail_conn(p, caf::make_error(transport_errc::bad_frame,
+                                   "garbled acknowledgement from " + name));
+      return false;
+    }
+    auto s = std::move(p.inflight.front());
+    p.inflight.pop_front();
+    auto& b = *s.b;
+    if (b.done)
+      return true;
+    if (a.status != 0) {
+      finish(b, caf::make_error(static_cast<transport_errc>(a.status),
+                                "write rejected by " + name));
+      return true;
+    }
+    b.acked_bytes += s.hdr.length;
+    if (--b.slices_left == 0)
+      finish(b, caf::none);
+    return true;
+  }
+
+  /// Writes up to `budget` bytes of the front slice; returns bytes written.
+  size_t write_some(lane_peer& p, size_t budget) {
+    auto& s = p.queue.front();
+    const size_t hdr_len = sizeof(wire::frame_header);
+    const size_t total = hdr_len + s.hdr.length;
+    iovec iov[2];
+    size_t cnt = 0;
+    if (s.sent < hdr_len) {
+      iov[cnt].iov_base = reinterpret_cast<uint8_t*>(&s.hdr) + s.sent;
+      iov[cnt].iov_len = hdr_len - s.sent;
+      auto left = budget - std::min(budget, iov[cnt].iov_len);
+      ++cnt;
+      if (s.hdr.length > 0 && left > 0) {
+        iov[cnt].iov_base = const_cast<uint8_t*>(s.src);
+        iov[cnt].iov_len = std::min<size_t>(s.hdr.length, left);
+        ++cnt;
+      }
+    } else {
+      auto off = s.sent - hdr_len;
+      iov[cnt].iov_base = const_cast<uint8_t*>(s.src + off);
+      iov[cnt].iov_len = std::min<size_t>(s.hdr.length - off, budget);
+      ++cnt;
+    }
+    auto r = sendmsg_some(p.fd.get(), iov, cnt);
+    if (r.status == io_status::would_block) {
+      p.writable = false;
+      return 0;
+    }
+    if (r.status != io_status::progress) {
+      fail_conn(p, caf::make_error(transport_errc::peer_lost,
+                                   "send to " + p.link->name + ": "
+                                       + to_string(r.error)));
+      return 0;
+    }
+    s.sent += r.bytes;
+    if (s.sent == total) {
+      p.inflight.push_back(std::move(s));
+      p.queue.pop_front();
+    }
+    return r.bytes;
+  }
+
+  /// Sends for one pass; true when the pass ended on its budget (come back
+  /// without waiting). `refused_` is set when the arbiter made us wait.
+  bool pump(lane_peer& p) {
+    const auto c = static_cast<size_t>(tc_);
+    const auto lone = syscall_chunk(ctx_.opts, tc_, pass_budget);
+    auto& arb = p.link->arbiter;
+    size_t budget = pass_budget;
+    while (budget > 0) {
+      // Skip slices of batches that already failed (deadline), unless they
+      // are partly written: those keep the stream framed.
+      while (!p.queue.empty() && p.queue.front().b->done
+             && p.queue.front().sent == 0)
+        p.queue.pop_front();
+      bool ready = p.fd && p.writable && !p.queue.empty();
+      auto now = now_ns();
+      if (arb.set_ready(c, ready, now))
+        other_->poke();
+      if (!ready)
+        return false;
+      auto g = arb.acquire(c, std::min(quantum, lone), lone, now);
+      if (g.wake_other)
+        other_->poke();
+      if (g.bytes == 0) {
+        refused_ = true;
+        return false;
+      }
+      auto n = write_some(p, g.bytes);
+      if (g.contended)
+        arb.settle(c, g.bytes, n);
+      budget -= std::min(budget, n);
+      ctx_.stats.bytes_sent[c] += n;
+      if (g.contended)
+        ctx_.stats.contended_bytes[c] += n;
+    }
+    return true;
+  }
+
+  void check_deadlines() {
+    auto now = clock_type::now();
+    for (auto i = batches_.begin(); i != batches_.end();) {
+      auto& b = **i;
+      if (!b.done && now >= b.deadline) {
+        finish(b, caf::make_error(transport_errc::deadline_exceeded,
+                                  "batch " + std::to_string(b.tag)
+                                      + " missed its deadline"));
+        // A partly written slice of this batch reads memory the caller may
+        // now free: close that connection (it reconnects on next use).
+        auto& p = peer_of(b.link);
+        if (!p.queue.empty() && p.queue.front().b.get() == &b
+            && p.queue.front().sent > 0)
+          fail_conn(p, caf::make_error(transport_errc::peer_lost,
+                                       "connection closed after a deadline "
+                                       "mid-frame"));
+      }
+      if (b.done)
+        i = batches_.erase(i);
+      else
+        ++i;
+    }
+  }
+
+  void deliver() {
+    auto done = std::move(done_);
+    done_.clear();
+    for (auto& [sink, res] : done)
+      if (sink)
+        sink(std::move(res));
+  }
+
+  void run() {
+    std::array<epoll_event, 64> events;
+    bool more = false;
+    while (!stop_) {
+      // Deadlines are checked every 5 ms while batches are pending; a lane
+      // the arbiter made wait looks again within the arbiter's stale time.
+      int timeout = more ? 0 : refused_ ? 1 : batches_.empty() ? 100 : 5;
+      refused_ = false;
+      if (timeout > 0) {
+        idle_.store(true);
+        if (poked_.load())
+          timeout = 0;
+      }
+      auto n =
+          poll_.wait(events.data(), static_cast<int>(events.size()), timeout);
+      idle_.store(false);
+      poked_.store(false);
+      for (int i = 0; n && i < *n; ++i) {
+        auto token = events[i].data.u64;
+        if (token == poller::wake_token) {
+          static_cast<void>(poll_.drain_wake()); // level-triggered: retried
+          continue;
+        }
+        auto& p = *peers_[static_cast<size_t>(token)];
+        if (events[i].events & EPOLLOUT)
+          p.writable = true;
+        if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+          read_acks(p);
+      }
+      take_inbox();
+      check_deadlines();
+      connect_needed();
+      more = false;
+      for (auto& p : peers_)
+        more = pump(*p) || more;
+      deliver();
+    }
+  }
+
+  tcp_context& ctx_;
+  const traffic_class tc_;
+  lane* other_ = nullptr;
+
+  // Shared with posters.
+  std::mutex inbox_mtx_; // guards registry_, inbox_ and stopped_
+  std::unordered_map<std::string, link_ptr> registry_;
+  std::vector<command> inbox_;
+  bool stopped_ = false;
+  std::atomic<bool> poked_{false};
+  std::atomic<bool> idle_{false};
+  std::atomic<bool> stop_{false};
+  poller poll_;
+
+  // The lane thread's own (and join()'s, after the thread ended).
+  std::vector<std::unique_ptr<lane_peer>> peers_;
+  std::unordered_map<const peer_link*, size_t> index_;
+  std::list<batch_ptr> batches_;
+  std::vector<std::pair<completion_sink, completion>> done_;
+  bool refused_ = false;
+  std::thread thread_;
+};
+
+tcp_sender::tcp_sender(tcp_context& ctx) : ctx_(ctx) {
+  for (size_t c = 0; c < traffic_class_count; ++c)
+    lanes_[c] = std::make_unique<lane>(ctx_, static_cast<traffic_class>(c));
+  lanes_[0]->set_other(lanes_[1].get());
+  lanes_[1]->set_other(lanes_[0].get());
+}
+
+tcp_sender::~tcp_sender() {
+  stop();
+}
+
+caf::error tcp_sender::start() {
+  for (auto& l : lanes_)
+    if (auto err = l->open())
+      return err;
+  for (auto& l : lanes_)
+    if (auto err = l->start())
+      return err;
+  return caf::none;
+}
+
+void tcp_sender::stop() {
+  // Both lanes stop before either is drained: a lane pokes the other.
+  for (auto& l : lanes_)
+    l->request_stop();
+  for (auto& l : lanes_)
+    l->join();
+}
+
+void tcp_sender::set_address(const std::string& peer, std::string host,
+                             uint16_t port) {
+  std::shared_ptr<peer_link> link;
+  {
+    std::lock_guard<std::mutex> guard{links_mtx_};
+    auto& x = links_[peer];
+    if (!x)
+      x = std::make_shared<peer_link>(peer, ctx_.opts.weight_control,
+                                      ctx_.opts.weight_kv);
+    link = x;
+  }
+  for (auto& l : lanes_)
+    l->set_address(link, host, port);
+}
+
+caf::error tcp_sender::enqueue(const batch& b, completion_sink& sink) {
+  return lanes_[static_cast<size_t>(b.tclass)]->enqueue(b, sink);
+}
+
+void tcp_sender::drop_peer(const std::string& peer) {
+  for (auto& l : lanes_)
+    l->drop_peer(peer);
+}
+
+} // namespace dualpath::transport::bulk

@@ -4,13 +4,16 @@
 // directory, the built `dualpath` first on PATH, and must exit 0. When an
 // output block follows it ("```text output"), the command's output must have
 // its shape: each line of the block, numbers aside, is a line of the output,
-// in order; a line "..." stands for any lines.
+// in order; a line "..." stands for any lines. A block gets PORT, the first
+// of three ports unlikely to be in use.
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
+
+#include <unistd.h>
 
 #include "tests/support/support.hpp"
 
@@ -97,10 +100,13 @@ TEST_CASE("every runnable command block of the docs runs and keeps its shape") {
     CAPTURE(b.line);
     CAPTURE(b.script);
     temp_dir dir;
-    auto res = run_process({"/usr/bin/env",
-                            "PATH=" + bin + ":/usr/local/bin:/usr/bin:/bin",
-                            "/bin/bash", "-euo", "pipefail", "-c",
-                            "cd '" + dir.path() + "' && " + b.script});
+    // Blocks that start processes on ports take three from PORT: a range
+    // unlikely to be taken by a parallel run.
+    auto port = 20000 + (static_cast<int>(::getpid()) % 4000) * 3;
+    auto res = run_process(
+        {"/usr/bin/env", "PATH=" + bin + ":/usr/local/bin:/usr/bin:/bin",
+         "PORT=" + std::to_string(port), "/bin/bash", "-euo", "pipefail", "-c",
+         "cd '" + dir.path() + "' && " + b.script});
     CAPTURE(res.err);
     CHECK(res.status == 0);
     if (b.expected.empty())

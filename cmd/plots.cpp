@@ -77,6 +77,19 @@ std::vector<std::pair<double, double>> side_steps(const mode_timeline& tl,
   return out;
 }
 
+// Writes the step curve of ascending `xs` into `out` (file `name`): y rises
+// by `step` at each x, from (0, 0). Returns its gnuplot plot element, in
+// mode `i`'s colour, titled `title`.
+std::string cumulative(std::ostream& out, const std::string& name,
+                       const std::vector<double>& xs, double step, size_t i,
+                       const std::string& title) {
+  out << "0 0\n";
+  for (size_t k = 0; k < xs.size(); ++k)
+    out << xs[k] << ' ' << static_cast<double>(k + 1) * step << '\n';
+  return "'" + name + "' using 1:2 with steps lw 2 lc rgb '" + colour(i)
+         + "' title '" + title + "'";
+}
+
 // Runs `gnuplot plots.gnuplot` in `dir` without a shell; its output goes to
 // dir/gnuplot.log.
 caf::error run_gnuplot(const std::string& dir) {
@@ -203,13 +216,9 @@ caf::error write_plots(const std::string& dir, const job_result& res,
        << "set yrange [0:*]\nset xrange [0:*]\nplot ";
     for (size_t i = 0; i < res.timelines.size(); ++i) {
       auto& tl = res.timelines[i];
-      auto name = "agents_" + tl.mode + ".dat";
-      auto out = open(name);
-      out << "0 0\n";
-      for (size_t k = 0; k < tl.agent_done_s.size(); ++k)
-        out << tl.agent_done_s[k] << ' ' << k + 1 << '\n';
-      gp << (i ? ", " : "") << "'" << name << "' using 1:2 with steps lw 2 lc "
-         << "rgb '" << colour(i) << "' title '" << tl.mode << "'";
+      auto out = open("agents_" + tl.mode + ".dat");
+      gp << (i ? ", " : "")
+         << cumulative(out, written.back(), tl.agent_done_s, 1.0, i, tl.mode);
     }
     gp << "\n";
   }
@@ -260,14 +269,10 @@ caf::error write_plots(const std::string& dir, const job_result& res,
        << "plot ";
     for (size_t i = 0; i < res.timelines.size(); ++i) {
       auto& tl = res.timelines[i];
-      auto name = "ttft_" + tl.mode + ".dat";
-      auto out = open(name);
-      auto n = static_cast<double>(tl.ttft_s.size());
-      out << "0 0\n";
-      for (size_t k = 0; k < tl.ttft_s.size(); ++k)
-        out << tl.ttft_s[k] << ' ' << static_cast<double>(k + 1) / n << '\n';
-      gp << (i ? ", " : "") << "'" << name << "' using 1:2 with steps lw 2 lc "
-         << "rgb '" << colour(i) << "' title '" << tl.mode << "'";
+      auto out = open("ttft_" + tl.mode + ".dat");
+      auto share = tl.ttft_s.empty() ? 1.0 : 1.0 / tl.ttft_s.size();
+      gp << (i ? ", " : "")
+         << cumulative(out, written.back(), tl.ttft_s, share, i, tl.mode);
     }
     gp << "\nset key top left\n";
   }

@@ -7,11 +7,6 @@
 
 #include <algorithm>
 
-#include <fcntl.h>
-#include <pty.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include "tests/support/support.hpp"
 
 using dualpath::test::dualpath_binary;
@@ -19,42 +14,11 @@ using dualpath::test::run_process;
 
 namespace {
 
-// Runs `argv` with stderr on a pseudo-terminal (stdout to /dev/null);
-// returns what the terminal showed.
+// What the terminal showed of a run that must succeed.
 std::string run_on_terminal(const std::vector<std::string>& argv) {
-  int master = -1;
-  int slave = -1;
-  REQUIRE(openpty(&master, &slave, nullptr, nullptr, nullptr) == 0);
-  auto pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::close(master);
-    int null_fd = ::open("/dev/null", O_RDWR);
-    dup2(null_fd, 0);
-    dup2(null_fd, 1);
-    dup2(slave, 2);
-    std::vector<char*> args;
-    for (auto& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  ::close(slave);
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    auto n = ::read(master, buf, sizeof(buf));
-    if (n <= 0)
-      break; // EIO once the child closed its end
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(master);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
-  return out;
+  auto res = dualpath::test::run_on_terminal(argv);
+  CHECK(res.status == 0);
+  return res.err;
 }
 
 bool has(const std::string& text, const std::string& part) {

@@ -126,16 +126,24 @@ TEST_CASE("TLS files must exist; a missing file is named") {
   CHECK_FALSE(load_cluster(dir.file("absent.toml")));
 }
 
+namespace {
+
+// The settings of the defaults with `ovs` applied.
+dualpath::config::settings
+settings_with(std::vector<dualpath::config::override_entry> ovs) {
+  dualpath::config::load_request req;
+  req.overrides = std::move(ovs);
+  auto cfg = dualpath::config::load(req);
+  REQUIRE(cfg);
+  return std::move(*cfg);
+}
+
+} // namespace
+
 TEST_CASE("the settings digest covers what shapes the actors, not the "
           "workload") {
-  using dualpath::config::load;
-  using dualpath::config::load_request;
   auto digest = [](std::vector<dualpath::config::override_entry> ovs) {
-    load_request req;
-    req.overrides = std::move(ovs);
-    auto cfg = load(req);
-    REQUIRE(cfg);
-    return settings_digest(*cfg);
+    return settings_digest(settings_with(std::move(ovs)));
   };
   auto base_digest = digest({});
   CHECK(base_digest.size() == 16);
@@ -146,14 +154,8 @@ TEST_CASE("the settings digest covers what shapes the actors, not the "
 }
 
 TEST_CASE("a settings mismatch names each differing key with both values") {
-  using dualpath::config::load;
-  using dualpath::config::load_request;
   auto text = [](std::vector<dualpath::config::override_entry> ovs) {
-    load_request req;
-    req.overrides = std::move(ovs);
-    auto cfg = load(req);
-    REQUIRE(cfg);
-    return deployment_settings(*cfg);
+    return deployment_settings(settings_with(std::move(ovs)));
   };
   auto base = text({});
   CHECK(settings_difference(base, text({"workload.agents=7"}), "here", "there")

@@ -3,13 +3,13 @@
 # turn), DS-660B 2P4D offline, Basic vs DualPath vs Oracle, in simulated time.
 # Paper (brief section 4): DualPath 1.82-1.99x faster than Basic; at 3x Basic
 # approaches Oracle (compute-bound again).
-# SIM_AGENTS agents (default 2048: 1,024 per prefill node, as in the paper) replay SIM_TURNS turns each (default 2).
+# SIM_AGENTS agents (default 2048: 1,024 per prefill node, as in the paper) replay SIM_TURNS turns each (default 0: whole trajectories).
 # Last line: RESULT sim-append speedup_1x=A speedup_2x=B speedup_3x=C
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$root/build-bench}
 agents=${SIM_AGENTS:-2048}
-turns=${SIM_TURNS:-2}
+turns=${SIM_TURNS:-0}
 cmake --build "$BUILD_DIR" --target dualpath >&2
 bin=$BUILD_DIR/bin/dualpath
 out=$(mktemp -d "${TMPDIR:-/tmp}/sim-append-XXXXXX")

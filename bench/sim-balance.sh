@@ -4,7 +4,7 @@
 # choice (dualpath-rr) against the paper's scheduler (dualpath), DS-660B 2P4D
 # offline, in simulated time. Paper (brief section 4): 1.53 -> 1.18.
 # SIM_AGENTS agents (default 2048: 1,024 per prefill node, as in the paper)
-# replay SIM_TURNS turns each (default 3), once per workload seed in SIM_SEEDS
+# replay SIM_TURNS turns each (default 0: whole trajectories), once per workload seed in SIM_SEEDS
 # (default "1 2 3": three different traces; Max/Avg moves by a few percent
 # with the trace, so one seed cannot rank two policies this close).
 # Last line: RESULT sim-balance max_over_avg_rr=X max_over_avg_scheduler=Y
@@ -13,7 +13,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$root/build-bench}
 agents=${SIM_AGENTS:-2048}
-turns=${SIM_TURNS:-3}
+turns=${SIM_TURNS:-0}
 seeds=${SIM_SEEDS:-1 2 3}
 cmake --build "$BUILD_DIR" --target dualpath >&2
 bin=$BUILD_DIR/bin/dualpath

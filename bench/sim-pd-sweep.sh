@@ -3,13 +3,14 @@
 # DualPath, in simulated time (`dualpath sim`). Paper (brief section 4): mean
 # 1.64x, up to 2.46x; equal total storage bandwidth gives equal performance
 # (2P1D and 1P2D both have 3 storage NICs).
-# SIM_AGENTS agents (default 1024) replay SIM_TURNS turns each (default 3).
+# SIM_AGENTS agents (default 1024) replay SIM_TURNS turns each (default 0: whole
+# trajectories, every turn from the first).
 # Last line: RESULT sim-pd-sweep speedup_1p1d=X speedup_2p1d=Y speedup_1p2d=Z
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$root/build-bench}
 agents=${SIM_AGENTS:-1024}
-turns=${SIM_TURNS:-3}
+turns=${SIM_TURNS:-0}
 cmake --build "$BUILD_DIR" --target dualpath >&2
 bin=$BUILD_DIR/bin/dualpath
 out=$(mktemp -d "${TMPDIR:-/tmp}/sim-pd-XXXXXX")

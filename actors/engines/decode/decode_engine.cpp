@@ -147,6 +147,16 @@ struct pending_push {
 };
 
 struct decode_state {
+  decode_state() = default;
+  decode_state(const decode_state&) = delete;
+  decode_state& operator=(const decode_state&) = delete;
+  /// Waits for the copies still on a GPU stream (they read the buffer and
+  /// write GPU memory that go away with the state), drops the shared
+  /// registrations before the one they share and gives the persist slot back.
+  /// In the destructor, not in an attached functor: CAF destroys a stateful
+  /// actor's state before it runs the functors attached to it.
+  ~decode_state();
+
   engine_config cfg;
   std::vector<de_lane> lanes;
   std::unordered_map<uint64_t, de_request> requests;
@@ -164,6 +174,16 @@ struct decode_state {
   uint64_t next_tag = 1;
   static inline const char* name = "decode_engine";
 };
+
+decode_state::~decode_state() {
+  for (uint32_t k = 0; k < lanes.size(); ++k)
+    if (k < cfg.devices.size() && cfg.devices[k] && lanes[k].stream.valid())
+      static_cast<void>(cfg.devices[k]->synchronize(lanes[k].stream));
+  for (auto k = lanes.size(); k > 0; --k)
+    lanes[k - 1].pinned = gpu::pinned_host{};
+  if (persist_slot && cfg.node && cfg.node->pool)
+    cfg.node->pool->release(*persist_slot);
+}
 
 using self_ptr = impl_actor::stateful_pointer<decode_state>;
 
@@ -1195,21 +1215,6 @@ impl_actor::behavior_type decode_engine(self_ptr self, engine_config cfg) {
     self->quit(std::move(err));
     return impl_actor::behavior_type::make_empty_behavior();
   }
-  self->attach_functor([self] {
-    auto& st = self->state;
-    // Copies still on a stream read the buffer and write GPU memory that
-    // go away with the state.
-    for (uint32_t k = 0; k < st.lanes.size(); ++k)
-      if (k < st.cfg.devices.size() && st.cfg.devices[k]
-          && st.lanes[k].stream.valid())
-        static_cast<void>(st.cfg.devices[k]->synchronize(st.lanes[k].stream));
-    // Shared registrations before the one they share.
-    for (auto k = st.lanes.size(); k > 0; --k)
-      st.lanes[k - 1].pinned = gpu::pinned_host{};
-    if (st.persist_slot && st.cfg.node && st.cfg.node->pool)
-      st.cfg.node->pool->release(*st.persist_slot);
-    st.persist_slot.reset();
-  });
   // A prefill engine was lost (its node died; in a deployment the node agent
   // passes the notice on): what it had not finished sending never will be,
   // and the scheduler re-queues those requests under new ids.

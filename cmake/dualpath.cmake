@@ -95,6 +95,16 @@ function(dualpath_suite file)
   dualpath_target_defaults(${exe})
   set_target_properties(${exe} PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${CMAKE_BINARY_DIR}/tests")
   add_test(NAME ${test_name} COMMAND ${exe})
+  # A suite that runs a deployment of real-time processes names that on a
+  # line `// ctest-serial: <why>`: ctest runs it alone (RUN_SERIAL), so a
+  # parallel suite cannot starve its emulation, with a longer limit for the
+  # sanitizer builds.
+  file(STRINGS "${file}" serial_line REGEX "^// ctest-serial: .+")
+  set(timeout 300)
+  if(serial_line)
+    set_tests_properties(${test_name} PROPERTIES RUN_SERIAL TRUE)
+    set(timeout 900)
+  endif()
   set_tests_properties(${test_name} PROPERTIES LABELS "${label}" SKIP_RETURN_CODE 77
-    TIMEOUT 300 ENVIRONMENT "DUALPATH_BUILD_DIR=${CMAKE_BINARY_DIR};DUALPATH_SOURCE_DIR=${PROJECT_SOURCE_DIR};UBSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/cmake/ubsan.supp:halt_on_error=1:print_stacktrace=1;TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/cmake/tsan.supp:halt_on_error=1:second_deadlock_stack=1")
+    TIMEOUT ${timeout} ENVIRONMENT "DUALPATH_BUILD_DIR=${CMAKE_BINARY_DIR};DUALPATH_SOURCE_DIR=${PROJECT_SOURCE_DIR};UBSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/cmake/ubsan.supp:halt_on_error=1:print_stacktrace=1;TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/cmake/tsan.supp:halt_on_error=1:second_deadlock_stack=1")
 endfunction()

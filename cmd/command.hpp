@@ -19,6 +19,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <caf/error.hpp>
 #include <nlohmann/json.hpp>
 
 #include "config/settings.hpp"
@@ -68,6 +69,12 @@ struct invocation {
     return json_file.has_value();
   }
 
+  /// Whether the JSON goes to stdout (--json, --json -): then it is all
+  /// that goes there.
+  bool json_on_stdout() const {
+    return json_file && (json_file->empty() || *json_file == "-");
+  }
+
   /// Writes `doc` (pretty, with a trailing newline) to stdout or the --json
   /// file; exit_failure with a message when the file cannot be written.
   int emit_json(const nlohmann::json& doc) const;
@@ -76,6 +83,16 @@ struct invocation {
   int fail(const std::string& command, const std::string& message,
            int status) const;
 };
+
+/// Checks, before any work, that `path` can be written as the output file
+/// `what` ("--json", "--trace") names: not a directory, in a directory that
+/// exists, openable for writing (it is left as it was). Fails with
+/// caf::sec::invalid_argument and a message naming the flag and the path.
+caf::error check_output_file(const std::string& what, const std::string& path);
+
+/// Checks, before any work, that files can be written into directory `dir`
+/// (created when missing) for `what`; errors as check_output_file.
+caf::error check_output_dir(const std::string& what, const std::string& dir);
 
 /// One subcommand.
 class command {

@@ -1,7 +1,16 @@
 #include "cmd/commands.hpp"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <caf/sec.hpp>
 
 #include "cmd/command.hpp"
 #include "config/errors.hpp"
@@ -59,7 +68,7 @@ std::vector<config::override_entry> key_flags::given() const {
 
 int invocation::emit_json(const nlohmann::json& doc) const {
   auto text = doc.dump(2) + "\n";
-  if (!json_file || json_file->empty() || *json_file == "-") {
+  if (!json_file || json_on_stdout()) {
     out << text;
     out.flush();
     return exit_ok;
@@ -78,6 +87,70 @@ int invocation::fail(const std::string& command, const std::string& message,
                      int status) const {
   err << "dualpath " << command << ": " << message << '\n';
   return status;
+}
+
+// -- output paths -------------------------------------------------------------
+
+namespace {
+
+caf::error bad_output(const std::string& what, const std::string& path,
+                      const std::string& why) {
+  return caf::make_error(caf::sec::invalid_argument,
+                         what + ": cannot write '" + path + "': " + why);
+}
+
+} // namespace
+
+caf::error check_output_file(const std::string& what, const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty() || path == "-")
+    return {};
+  std::error_code ec;
+  auto st = fs::status(path, ec);
+  if (st.type() == fs::file_type::directory)
+    return bad_output(what, path, "it is a directory");
+  auto existed = fs::exists(st);
+  auto parent = fs::path{path}.parent_path();
+  if (parent.empty())
+    parent = ".";
+  auto pst = fs::status(parent, ec);
+  if (!fs::exists(pst))
+    return bad_output(what, path,
+                      "directory '" + parent.string() + "' does not exist");
+  if (pst.type() != fs::file_type::directory)
+    return bad_output(what, path,
+                      "'" + parent.string() + "' is not a directory");
+  // Opening without O_TRUNC leaves an existing file as it was; a file this
+  // probe created goes again, so a failed run leaves nothing behind.
+  auto fd =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return bad_output(what, path, std::string{"open: "} + std::strerror(errno));
+  ::close(fd);
+  if (!existed)
+    ::unlink(path.c_str());
+  return {};
+}
+
+caf::error check_output_dir(const std::string& what, const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (dir.empty())
+    return {};
+  std::error_code ec;
+  auto st = fs::status(dir, ec);
+  if (fs::exists(st) && st.type() != fs::file_type::directory)
+    return bad_output(what, dir, "it exists and is not a directory");
+  if (!fs::exists(st) && !fs::create_directories(dir, ec) && ec)
+    return bad_output(what, dir, "cannot create it: " + ec.message());
+  auto probe = dir + "/.dualpath-write-probe-XXXXXX";
+  auto fd = ::mkstemp(probe.data());
+  if (fd < 0)
+    return bad_output(what, dir,
+                      std::string{"cannot create a file in it: "}
+                          + std::strerror(errno));
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return {};
 }
 
 // -- main ---------------------------------------------------------------------
@@ -118,6 +191,29 @@ void add_common_options(CLI::App& app, common_options& opts) {
   opts.flags.add(app, "--workload", "workload.profile");
 }
 
+// "unknown option '--agent'; did you mean '--agents'?" for the first
+// unexpected argument that looks like an option ("" when none does).
+std::string unknown_option_hint(const CLI::App& sub,
+                                const std::vector<std::string>& extras) {
+  std::vector<std::string> names;
+  for (auto* opt : sub.get_options())
+    for (auto& n : opt->get_lnames())
+      names.push_back("--" + n);
+  for (auto& arg : extras) {
+    if (arg.size() < 2 || arg[0] != '-')
+      continue;
+    auto flag = arg.substr(0, arg.find('='));
+    auto msg = "unknown option '" + flag + "'";
+    if (auto guess = config::suggest(flag, names); !guess.empty())
+      return msg + "; did you mean '" + guess + "'?";
+    return msg + " (see dualpath " + sub.get_name() + " --help)";
+  }
+  if (!extras.empty())
+    return "unexpected argument '" + extras.front() + "' (see dualpath "
+           + sub.get_name() + " --help)";
+  return {};
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -153,12 +249,40 @@ int main(int argc, char** argv) {
   std::vector<char*> rest{argv[0]};
   for (auto& a : args)
     rest.push_back(a.data());
+  // The first word names the subcommand; a typo gets a suggestion rather
+  // than CLI11's "A subcommand is required".
+  if (!args.empty() && !args.front().empty() && args.front()[0] != '-') {
+    std::vector<std::string> names;
+    for (auto& cmd : commands)
+      names.push_back(cmd->name());
+    if (std::find(names.begin(), names.end(), args.front()) == names.end()) {
+      std::cerr << "dualpath: unknown subcommand '" << args.front() << "'";
+      if (auto guess = config::suggest(args.front(), names); !guess.empty())
+        std::cerr << "; did you mean '" << guess << "'?";
+      else
+        std::cerr << " (see dualpath --help)";
+      std::cerr << '\n';
+      return exit_usage;
+    }
+  }
   try {
     app.parse(static_cast<int>(rest.size()), rest.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    for (size_t i = 0; i < commands.size(); ++i)
+      if (subs[i]->parsed()) {
+        if (auto hint = unknown_option_hint(*subs[i], subs[i]->remaining());
+            !hint.empty()) {
+          std::cerr << "dualpath " << commands[i]->name() << ": " << hint
+                    << '\n';
+          return exit_usage;
+        }
+      }
+    app.exit(e);
+    return exit_usage;
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return exit_usage;
@@ -195,8 +319,14 @@ int main(int argc, char** argv) {
       return exit_ok;
     }
     invocation inv{*cfg, std::nullopt, std::cout, std::cerr};
-    if (opts.json_opt->count() > 0)
+    if (opts.json_opt->count() > 0) {
       inv.json_file = opts.json_file;
+      if (auto err = check_output_file("--json", opts.json_file)) {
+        std::cerr << "dualpath " << commands[i]->name() << ": "
+                  << err.context().get_as<std::string>(0) << '\n';
+        return exit_usage;
+      }
+    }
     return commands[i]->run(inv);
   }
   std::cerr << "dualpath: no subcommand given (see dualpath --help)\n";

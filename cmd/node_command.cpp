@@ -48,6 +48,17 @@ public:
     auto cluster = actors::node::load_cluster(cluster_file_);
     if (!cluster)
       return inv.fail(name(), message(cluster.error()), exit_usage);
+    // Not silently ignored: the settings file is shared with the driver,
+    // which does serve them, so a node says so and runs on.
+    if (inv.cfg.integer("observe.metrics_port") != 0)
+      inv.err << "dualpath node: observe.metrics_port = "
+              << inv.cfg.integer("observe.metrics_port")
+              << " is not served by a node yet (only by `dualpath run`; "
+                 "docs/deployment.md, Limitations)\n";
+    if (!inv.cfg.string("observe.trace_file").empty())
+      inv.err << "dualpath node: observe.trace_file is not written by a node "
+                 "yet (only by `dualpath run`; docs/deployment.md, "
+                 "Limitations)\n";
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
     auto err = actors::node::run_node(inv.cfg, *cluster, name_, stop_requested,

@@ -77,22 +77,11 @@ public:
 
   int run(const invocation& inv) override {
     auto& cfg = inv.cfg;
-    auto modes = parse_variants(cfg.string("run.modes"));
-    if (!modes)
-      return inv.fail(name(), caf::to_string(modes.error().context()),
-                      exit_usage);
-    job_options opts;
-    opts.modes = *modes;
-    opts.turns = static_cast<uint32_t>(cfg.integer("run.turns"));
-    opts.aps = cfg.real("run.aps");
-    opts.wall_limit = std::chrono::seconds(cfg.integer("run.wall_limit_s"));
-    opts.simulate = true;
-    job_.apply(opts, "sim ", 256);
+    auto plan = plan_job(cfg, job_, name(), job_clock::simulated);
+    if (!plan)
+      return inv.fail(name(), error_text(plan.error()), exit_usage);
+    auto& opts = plan->opts;
     fixed_mmap_threshold();
-    auto parsed = parse_rates(job_.sweep);
-    if (!parsed)
-      return inv.fail(name(), error_text(parsed.error()), exit_usage);
-    auto rates = std::move(*parsed);
     auto res = run_job(cfg, opts);
     if (!res) {
       auto& err = res.error();
@@ -101,7 +90,7 @@ public:
                       bad_input ? exit_usage : exit_failure);
     }
     sweep_results sweep;
-    for (auto aps : rates) {
+    for (auto aps : plan->rates) {
       auto o = opts;
       o.aps = aps;
       auto r = run_job(cfg, o);
@@ -116,9 +105,6 @@ public:
       replay_wall += s.wall_s;
     }
     auto events_per_s = replay_wall > 0 ? events / replay_wall : 0.0;
-    auto basic = find_mode(res->modes, "basic");
-    auto dual = find_mode(res->modes, "dualpath");
-    auto oracle = find_mode(res->modes, "oracle");
     if (inv.json()) {
       auto doc = job_json(*res, sweep);
       for (size_t i = 0; i < res->modes.size() && i < res->sim.size(); ++i)
@@ -128,35 +114,31 @@ public:
       doc["verification"] = not_verified;
       doc["sim_events"] = events;
       doc["sim_events_per_s"] = events_per_s;
-      return inv.emit_json(doc);
+      if (auto rc = inv.emit_json(doc); rc != exit_ok)
+        return rc;
     }
-    auto& out = inv.out;
-    out << "dualpath sim: " << res->agents << " agents, "
-        << res->requests_per_mode << " requests per mode, mean prompt "
-        << std::fixed << std::setprecision(0) << res->mean_prompt_tokens
-        << " tokens (" << std::setprecision(1) << res->mean_hit_share * 100
-        << "% in storage at the first replayed turn)\n"
-        << "model " << cfg.string("model.name") << ", "
-        << cfg.integer("run.prefill_nodes") << "P"
-        << cfg.integer("run.decode_nodes") << "D x "
-        << cfg.integer("hardware.gpus_per_node") << " GPUs ("
-        << cfg.string("hardware.profile")
-        << "); simulated time, modeled data plane (KV " << not_verified
-        << ")\n\n";
-    print_table(out, res->modes);
-    out << '\n';
-    print_bounds(out, res->bounds, res->modes);
-    out << std::setprecision(2);
-    if (basic && dual)
-      out << "\nBasic / DualPath JCT: " << ratio(basic, dual) << "x";
-    if (dual && oracle)
-      out << "\nDualPath / Oracle JCT: " << ratio(dual, oracle) << "x";
-    out << "\n";
-    for (size_t i = 0; i < res->sim.size() && i < res->modes.size(); ++i) {
-      auto& s = res->sim[i];
-      auto jct = res->modes[i].jct_s;
-      out << "simulation " << s.mode << ": " << s.events << " events in "
-          << std::setprecision(1) << s.wall_s << " s wall ("
+    // The report goes to stdout unless the JSON does, as with `run`.
+    if (!inv.json_on_stdout())
+      print_text(inv.out, *res, sweep, opts, cfg);
+    if (!job_.plot_dir.empty())
+      if (auto err = write_plots(job_.plot_dir, *res, sweep))
+        return inv.fail(name(), error_text(err), exit_failure);
+    return exit_ok;
+  }
+
+private:
+  void print_text(std::ostream& out, const job_result& res,
+                  const sweep_results& sweep, const job_options& opts,
+                  const config::settings& cfg) const {
+    print_report_head(out, name(), res, opts, embedded_shape(cfg),
+                      std::string{"simulated time, modeled data plane (KV "}
+                          + not_verified + ")",
+                      reroute_row::hide);
+    for (size_t i = 0; i < res.sim.size() && i < res.modes.size(); ++i) {
+      auto& s = res.sim[i];
+      auto jct = res.modes[i].jct_s;
+      out << std::fixed << "simulation " << s.mode << ": " << s.events
+          << " events in " << std::setprecision(1) << s.wall_s << " s wall ("
           << std::setprecision(0) << (s.wall_s > 0 ? s.events / s.wall_s : 0)
           << " events/s); scheduler " << std::setprecision(3)
           << s.scheduler_cpu_s << " CPU s (" << s.scheduler_wall_s
@@ -170,22 +152,9 @@ public:
         out << '\n';
       }
     }
-    out << "wall time: " << std::setprecision(1) << res->wall_s
-        << " s (store pre-population " << res->populate_s << " s)\n";
-    for (auto& [aps, r] : sweep) {
-      out << "\nAPS " << aps << ":\n";
-      print_table(out, r.modes);
-    }
-    if (!sweep.empty()) {
-      auto cap = capacity(sweep);
-      for (auto& m : sweep.front().second.modes)
-        out << "capacity under SLO, " << m.mode << ": "
-            << cap.value(m.mode, 0.0) << " APS\n";
-    }
-    return exit_ok;
+    print_report_tail(out, res, sweep);
   }
 
-private:
   job_flags job_;
 };
 

@@ -154,6 +154,22 @@ std::string suggest_key(std::string_view name) {
   return best != nullptr && best_dist <= limit ? best->name : std::string{};
 }
 
+std::string suggest(std::string_view word,
+                    const std::vector<std::string>& choices) {
+  const std::string* best = nullptr;
+  size_t best_dist = 0;
+  for (auto& choice : choices) {
+    auto dist = edit_distance(word, choice);
+    if (best == nullptr || dist < best_dist) {
+      best = &choice;
+      best_dist = dist;
+    }
+  }
+  auto limit = std::min<size_t>(4, std::max<size_t>(1, word.size() / 3));
+  return best != nullptr && best_dist > 0 && best_dist <= limit ? *best
+                                                                : std::string{};
+}
+
 key_spec bool_key(std::string name, bool def, std::string meaning) {
   return key_spec{std::move(name),
                   value_type::boolean,

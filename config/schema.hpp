@@ -75,6 +75,13 @@ std::vector<std::string> sections();
 /// enough to be a plausible typo.
 std::string suggest_key(std::string_view name);
 
+/// The word of `choices` closest to `word` by edit distance when it is a
+/// plausible typo of it (at most a third of the word's length and at most 4
+/// edits away), else "". For "did you mean" hints on flags, subcommands and
+/// enumerated values.
+std::string suggest(std::string_view word,
+                    const std::vector<std::string>& choices);
+
 /// Levenshtein distance between `x` and `y`.
 size_t edit_distance(std::string_view x, std::string_view y);
 

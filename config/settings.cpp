@@ -338,10 +338,12 @@ caf::error settings::set(std::string_view key, value x, value_source from,
           msg += "; did you mean " + quoted(best) + "?";
         return fail(config_errc::unknown_profile, std::move(msg));
       }
-      return fail(config_errc::invalid_choice,
-                  "configuration key " + quoted(key) + " = " + to_string(x)
-                      + " is not allowed (" + where + "): allowed "
-                      + spec->allowed());
+      auto msg = "configuration key " + quoted(key) + " = " + to_string(x)
+                 + " is not allowed (" + where + "): allowed "
+                 + spec->allowed();
+      if (auto guess = suggest(str, spec->choices); !guess.empty())
+        msg += "; did you mean " + quoted(guess) + "?";
+      return fail(config_errc::invalid_choice, std::move(msg));
     }
     case value_type::boolean:
       break;

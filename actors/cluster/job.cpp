@@ -1,5 +1,6 @@
 #include "actors/cluster/job.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include "actors/cluster/replay.hpp"
 #include "actors/protocol/register.hpp"
 #include "actors/sim/driver.hpp"
+#include "config/schema.hpp"
 #include "scheduler/workload/generator.hpp"
 #include "scheduler/workload/trace_file.hpp"
 #include "transport/storage/block_store.hpp"
@@ -215,12 +217,17 @@ parse_variants(const std::string& text) {
     auto item = text.substr(start, end == std::string::npos ? std::string::npos
                                                             : end - start);
     auto found = pick({item});
-    if (found.empty())
-      return caf::make_error(caf::sec::invalid_argument,
-                             "run.modes: unknown mode '" + item
-                                 + "' (allowed: all, ablation, or a comma "
-                                   "list of basic, layerwise, dualpath-rr, "
-                                   "dualpath, oracle)");
+    if (found.empty()) {
+      std::vector<std::string> names{"all", "ablation"};
+      for (auto& k : known)
+        names.push_back(k.name);
+      auto msg = "run.modes: unknown mode '" + item
+                 + "' (allowed: all, ablation, or a comma list of basic, "
+                   "layerwise, dualpath-rr, dualpath, oracle)";
+      if (auto guess = config::suggest(item, names); !guess.empty())
+        msg += "; did you mean '" + guess + "'?";
+      return caf::make_error(caf::sec::invalid_argument, std::move(msg));
+    }
     out.push_back(found.front());
     if (end == std::string::npos)
       break;
@@ -404,12 +411,17 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     // once would be ~6 GB of tokens.
     auto pop_start = std::chrono::steady_clock::now();
     uint64_t blocks = 0;
+    uint64_t agents_done = 0;
+    auto agents = static_cast<uint64_t>(trace->size());
     for (auto& t : *trace) {
       auto pop = transport::storage::populate(
           *store, {workload::tokens(t, 0, workload::history_length(t))});
       if (!pop)
         return pop.error();
       blocks += pop->written + pop->present;
+      if (opts.progress)
+        opts.progress(job_progress{job_progress::phase::populate, mode,
+                                   ++agents_done, agents, 0});
     }
     result.populate_s += std::chrono::duration<double>(
                              std::chrono::steady_clock::now() - pop_start)
@@ -482,6 +494,7 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     timeline.mode = variant.name;
     for (auto& u : (*cluster)->snic_usage_now()) {
       timeline.nodes.push_back(u.node);
+      timeline.roles.push_back(u.role);
       timeline.rates.push_back(u.rate_bytes_per_s);
     }
     replay_options ro;
@@ -490,8 +503,10 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     ro.time = (*cluster)->time();
     ro.wall_limit = opts.wall_limit;
     if (opts.progress)
-      ro.progress = [&opts, name = timeline.mode](uint64_t d, uint64_t t) {
-        opts.progress(name, d, t);
+      ro.progress = [&opts, name = timeline.mode](uint64_t d, uint64_t t,
+                                                  double emulated_s) {
+        opts.progress(
+            job_progress{job_progress::phase::replay, name, d, t, emulated_s});
       };
     caf::expected<replay_outcome> outcome{replay_outcome{}};
     auto events_before = sim::events();
@@ -522,6 +537,14 @@ caf::expected<job_result> run_job(const config::settings& cfg,
     if (!outcome)
       return outcome.error();
     id_base += outcome->records.size();
+    for (auto t : outcome->agent_done_ns)
+      timeline.agent_done_s.push_back(static_cast<double>(t) / 1e9);
+    std::sort(timeline.agent_done_s.begin(), timeline.agent_done_s.end());
+    for (auto& rec : outcome->records)
+      if (!rec.failed)
+        timeline.ttft_s.push_back(static_cast<double>(rec.result.ttft_ns)
+                                  / 1e9);
+    std::sort(timeline.ttft_s.begin(), timeline.ttft_s.end());
     auto report =
         summarize(variant.name, *outcome, (*cluster)->snic_usage_now(), slo{});
     set_bound(report, bound_for(result.bounds, mode));

@@ -47,6 +47,23 @@ struct run_variant {
 /// dualpath-rr, dualpath, oracle; fails naming the unknown item.
 caf::expected<std::vector<run_variant>> parse_variants(const std::string& text);
 
+/// Where a job is, for a progress line.
+struct job_progress {
+  enum class phase : uint8_t {
+    /// Writing the trajectories' histories into the mode's store (done and
+    /// total count agents).
+    populate,
+    /// Replaying the trace (done and total count requests).
+    replay,
+  };
+  phase step = phase::replay;
+  std::string mode;
+  uint64_t done = 0;
+  uint64_t total = 0;
+  /// Emulated seconds of the latest completed request (replay only).
+  double emulated_s = 0;
+};
+
 struct job_options {
   /// Variants run in order (see run_variant).
   std::vector<run_variant> modes{{"basic", load_mode::basic, false},
@@ -63,8 +80,9 @@ struct job_options {
   std::string store_dir;
   /// Wall-clock limit per mode.
   std::chrono::seconds wall_limit{600};
-  /// (mode, requests done, requests total), from an actor thread.
-  std::function<void(const std::string&, uint64_t, uint64_t)> progress;
+  /// Called as the job advances: from the caller's thread while a mode's
+  /// store is populated, from an actor thread after each completed request.
+  std::function<void(const job_progress&)> progress;
   /// Lines for the operator, each distinct one passed once per job, from
   /// any thread: the GPU plan (backend and why), the rank -> device map,
   /// GPU memory staged through host memory for RDMA. Null: collected in
@@ -86,11 +104,18 @@ struct snic_sample {
   std::vector<uint64_t> bytes; ///< Per node, in nodes' order.
 };
 
+/// What a mode's plots draw: its storage NICs' bytes over time and the
+/// distributions behind its percentiles.
 struct mode_timeline {
   std::string mode;
   std::vector<std::string> nodes;
-  std::vector<uint64_t> rates; ///< Per node, bytes/s.
+  std::vector<engine_role> roles; ///< Per node: prefill or decode side.
+  std::vector<uint64_t> rates;    ///< Per node, bytes/s.
   std::vector<snic_sample> samples;
+  /// Emulated seconds at which each agent finished, ascending.
+  std::vector<double> agent_done_s;
+  /// Every completed request's TTFT (s), ascending.
+  std::vector<double> ttft_s;
 };
 
 /// A request whose KV did not verify (mode, request, agent, turn).

@@ -150,7 +150,8 @@ struct driver_state {
   uint64_t done = 0;
   std::shared_ptr<std::promise<replay_outcome>> result;
   std::chrono::steady_clock::time_point wall_start;
-  int64_t start_ns = 0; // emulated time of the replay's start
+  int64_t start_ns = 0;  // emulated time of the replay's start
+  int64_t latest_ns = 0; // the latest completion so far, since the start
   std::chrono::steady_clock::time_point tick_due;
   std::vector<double> lag_ms; // how late each timer tick fired
 };
@@ -243,11 +244,13 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
         [self](recorded_atom, request_record& rec) {
           auto& s = self->state;
           auto index = rec.id - s.ctx->id_base;
+          s.latest_ns = std::max(s.latest_ns, rec.result.done_ns - s.start_ns);
           if (index < s.outcome.records.size())
             s.outcome.records[index] = std::move(rec);
           ++s.done;
           if (s.ctx->opts.progress)
-            s.ctx->opts.progress(s.done, s.total);
+            s.ctx->opts.progress(s.done, s.total,
+                                 static_cast<double>(s.latest_ns) / 1e9);
           if (s.done == s.total)
             finish(self);
         },

@@ -33,8 +33,8 @@ struct replay_options {
   /// Wall-clock limit for the whole replay (0 = none).
   std::chrono::seconds wall_limit{0};
   /// Called from the driver's thread after each completed request with
-  /// (done, total) (optional).
-  std::function<void(uint64_t, uint64_t)> progress;
+  /// (done, total, emulated seconds of the latest completion) (optional).
+  std::function<void(uint64_t, uint64_t, double)> progress;
 };
 
 /// One replayed request.

@@ -185,7 +185,8 @@ std::string bound_label(const std::string& name) {
 
 } // namespace
 
-void print_table(std::ostream& out, const std::vector<mode_report>& modes) {
+void print_table(std::ostream& out, const std::vector<mode_report>& modes,
+                 reroute_row reroutes) {
   using row_fn = std::string (*)(const mode_report&);
   struct row {
     const char* name;
@@ -259,6 +260,12 @@ void print_table(std::ostream& out, const std::vector<mode_report>& modes) {
     out << std::left << std::setw(name_w) << rw.name;
     for (auto& m : modes)
       out << std::right << std::setw(col_w) << rw.fn(m);
+    out << '\n';
+  }
+  if (reroutes == reroute_row::show) {
+    out << std::left << std::setw(name_w) << "rerouted requests";
+    for (auto& m : modes)
+      out << std::right << std::setw(col_w) << std::to_string(m.reroutes);
     out << '\n';
   }
 }

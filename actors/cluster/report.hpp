@@ -109,8 +109,13 @@ void set_bound(mode_report& r, mode_bound b);
 /// and the totals behind them: prefill_flops, hit_tokens, hit_bytes).
 nlohmann::json to_json(const fluid_bounds& b);
 
+/// Whether the table has a row of requests rerouted after a node loss (only
+/// a deployment can lose a node).
+enum class reroute_row : uint8_t { hide, show };
+
 /// A fixed-width table of the modes, one row per metric, one column per mode.
-void print_table(std::ostream& out, const std::vector<mode_report>& modes);
+void print_table(std::ostream& out, const std::vector<mode_report>& modes,
+                 reroute_row reroutes = reroute_row::hide);
 
 /// The bounds block: each bound in seconds with what it divides, then each
 /// mode's JCT over the bound that applies to it.

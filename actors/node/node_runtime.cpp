@@ -309,6 +309,7 @@ caf::error run_scheduler_node(const config::settings& cfg,
   self_info.actors = {caf::actor_cast<caf::actor>(*sched),
                       caf::actor_cast<caf::actor>(gate)};
   self_info.settings_digest = settings_digest(cfg);
+  self_info.settings = deployment_settings(cfg);
   auto sup = spawn_supervisor(sys, self_info, unix_now_ns());
   auto port = publish_actor(sys, sys_cfg.security(),
                             caf::actor_cast<caf::actor>(sup), me.host, me.port);
@@ -408,9 +409,13 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
       return node_error("the scheduler node's view lacks the scheduler");
     auto scheduler = caf::actor_cast<scheduler_actor>(sched_info->actors[0]);
     if (sched_info->settings_digest != settings_digest(cfg))
-      return bad_input("this node's settings differ from the scheduler "
-                       "node's: start every node with the same --config and "
-                       "--set options");
+      return bad_input(
+          "this node's settings differ from the scheduler "
+          "node's: "
+          + settings_difference(deployment_settings(cfg), sched_info->settings,
+                                "on this node", "on the scheduler node")
+          + ": start every node with the same --config and "
+            "--set options");
     emulated_time time{local_origin(view->origin_unix_ns), spec->time_scale};
     auto role = me.role == node_role::prefill ? engine_role::prefill
                                               : engine_role::decode;
@@ -461,6 +466,7 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
       info.actor_names.push_back("agent");
       info.actors.push_back(agent);
       info.settings_digest = settings_digest(cfg);
+      info.settings = deployment_settings(cfg);
       std::string address(info.endpoint.address.begin(),
                           info.endpoint.address.end());
       caf::expected<cluster_view> joined{cluster_view{}};
@@ -593,8 +599,12 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
     return node_error("the scheduler node publishes no submit gate");
   if (sched_info->settings_digest != settings_digest(cfg))
     return bad_input("the deployment runs with other settings than this "
-                     "command: give `dualpath run --cluster` the same "
-                     "--config and --set options as the nodes");
+                     "command: "
+                     + settings_difference(deployment_settings(cfg),
+                                           sched_info->settings, "here",
+                                           "on the deployment")
+                     + ": give `dualpath run --cluster` the same --config "
+                       "and --set options as the nodes");
   auto gate = caf::actor_cast<scheduler_actor>(sched_info->actors[1]);
   // Storage-NIC counters of every engine node, before and after the replay.
   auto snics = [&](const cluster_view& current) {
@@ -628,8 +638,10 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
   ro.time = emulated_time{local_origin(view.origin_unix_ns), spec->time_scale};
   ro.wall_limit = opts.wall_limit;
   if (opts.progress)
-    ro.progress = [&opts, name = variant->name](uint64_t d, uint64_t t) {
-      opts.progress(name, d, t);
+    ro.progress = [&opts, name = variant->name](uint64_t d, uint64_t t,
+                                                double emulated_s) {
+      opts.progress(cluster::job_progress{cluster::job_progress::phase::replay,
+                                          name, d, t, emulated_s});
     };
   // Request ids unique across runs against the same deployment (the
   // scheduler refuses duplicates): seconds since the epoch, shifted.

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <ostream>
+#include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -127,7 +130,7 @@ caf::expected<caf::actor> connect_actor(caf::actor_system& sys,
   }
 }
 
-std::string settings_digest(const config::settings& cfg) {
+std::string deployment_settings(const config::settings& cfg) {
   // The sections that shape the engines, the scheduler and the store's
   // geometry; the workload, the replay and where files go may differ
   // between processes (the driver generates the trace, not the nodes).
@@ -159,6 +162,11 @@ std::string settings_digest(const config::settings& cfg) {
         || std::find(keys.begin(), keys.end(), key) != keys.end())
       kept += key + line.substr(line.find(' ')) + "\n";
   }
+  return kept;
+}
+
+std::string settings_digest(const config::settings& cfg) {
+  auto kept = deployment_settings(cfg);
   // FNV-1a, 64 bits: a consistency check, not a security boundary.
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : kept) {
@@ -169,6 +177,58 @@ std::string settings_digest(const config::settings& cfg) {
   std::snprintf(buf, sizeof(buf), "%016llx",
                 static_cast<unsigned long long>(h));
   return buf;
+}
+
+namespace {
+
+// "key = value" lines by key.
+std::map<std::string, std::string> settings_by_key(const std::string& text) {
+  std::map<std::string, std::string> out;
+  std::istringstream in{text};
+  std::string line;
+  while (std::getline(in, line)) {
+    auto eq = line.find(" = ");
+    if (eq == std::string::npos)
+      continue;
+    auto value = line.substr(eq + 3);
+    while (!value.empty() && value.back() == ' ')
+      value.pop_back();
+    out[line.substr(0, eq)] = value;
+  }
+  return out;
+}
+
+} // namespace
+
+std::string settings_difference(const std::string& ours,
+                                const std::string& theirs,
+                                const std::string& our_side,
+                                const std::string& their_side) {
+  auto a = settings_by_key(ours);
+  auto b = settings_by_key(theirs);
+  std::set<std::string> keys;
+  for (auto& kv : a)
+    keys.insert(kv.first);
+  for (auto& kv : b)
+    keys.insert(kv.first);
+  std::string out;
+  size_t listed = 0;
+  size_t differing = 0;
+  for (auto& key : keys) {
+    auto x = a.count(key) ? a[key] : std::string{"(not set)"};
+    auto y = b.count(key) ? b[key] : std::string{"(not set)"};
+    if (x == y)
+      continue;
+    ++differing;
+    if (listed == 8)
+      continue;
+    ++listed;
+    out += (out.empty() ? "" : "; ") + key + " = " + x + " " + our_side
+           + " but " + y + " " + their_side;
+  }
+  if (differing > listed)
+    out += "; and " + std::to_string(differing - listed) + " more";
+  return out;
 }
 
 } // namespace dualpath::actors::node

@@ -58,8 +58,22 @@ caf::expected<caf::actor> connect_actor(caf::actor_system& sys,
                                         const std::string& host, uint16_t port,
                                         std::chrono::milliseconds patience);
 
-/// A short digest (hex) of every setting that shapes the actors of a
-/// deployment, so that nodes started with different settings are refused.
+/// Every setting that shapes the actors of a deployment, one "key = value"
+/// line each (the model, hardware, engines and scheduler sections, the time
+/// and byte scales, the modes and the block size).
+std::string deployment_settings(const config::settings& cfg);
+
+/// A short digest (hex) of deployment_settings(), so that nodes started
+/// with different settings are refused.
 std::string settings_digest(const config::settings& cfg);
+
+/// Each key whose value differs between two deployment_settings() texts,
+/// with both values: "model.layers = 61 on this node but 64 on the
+/// scheduler node" (`our_side`, `their_side` say whose), at most eight keys
+/// then how many more; "" when none differs.
+std::string settings_difference(const std::string& ours,
+                                const std::string& theirs,
+                                const std::string& our_side,
+                                const std::string& their_side);
 
 } // namespace dualpath::actors::node

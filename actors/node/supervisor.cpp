@@ -5,6 +5,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/node/node_system.hpp"
 #include "actors/protocol/type_ids.hpp"
 #include "transport/storage/block_format.hpp"
 #include "transport/storage/block_store.hpp"
@@ -18,6 +19,7 @@ struct supervisor_state {
   static inline const char* name = "dualpath.supervisor";
   cluster_view view;
   std::string digest;
+  std::string settings; // the scheduler node's, as deployment_settings()
 };
 
 using supervisor_ptr =
@@ -46,6 +48,7 @@ node_supervisor_actor spawn_supervisor(caf::actor_system& sys, node_info self,
                        -> node_supervisor_actor::behavior_type {
     auto& s = me->state;
     s.digest = self.settings_digest;
+    s.settings = self.settings;
     s.view.nodes.push_back(self);
     s.view.origin_unix_ns = origin_unix_ns;
     me->set_down_handler([me](const caf::down_msg& dm) {
@@ -69,9 +72,12 @@ node_supervisor_actor spawn_supervisor(caf::actor_system& sys, node_info self,
           if (info.settings_digest != s.digest)
             return caf::make_error(
                 caf::sec::invalid_argument,
-                "node " + info.name + " runs with settings (digest "
-                    + info.settings_digest
-                    + ") that differ from the scheduler node's (digest "
+                "node " + info.name + " runs with other settings than the "
+                    + "scheduler node: "
+                    + settings_difference(info.settings, s.settings,
+                                          "on " + info.name,
+                                          "on the scheduler node")
+                    + " (digest " + info.settings_digest + " against "
                     + s.digest
                     + "): start every node with the same --config "
                       "and --set options");

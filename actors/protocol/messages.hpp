@@ -548,12 +548,15 @@ struct node_info {
   /// Digest of the settings the node's actors were built from; the
   /// supervisor refuses a node whose digest differs from its own.
   std::string settings_digest;
+  /// Those settings, one "key = value" line each, so that a refusal can
+  /// name each key that differs.
+  std::string settings;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_info& x) {
   return f(caf::meta::type_name("node_info"), x.name, x.engines, x.endpoint,
-           x.actor_names, x.actors, x.settings_digest);
+           x.actor_names, x.actors, x.settings_digest, x.settings);
 }
 
 /// The cluster as the supervisor sees it.

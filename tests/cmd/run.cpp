@@ -110,10 +110,10 @@ TEST_CASE("every mode completes with every block verified") {
   CHECK(dual["bytes_read_pe_side"].get<uint64_t>()
             + dual["bytes_read_de_side"].get<uint64_t>()
         == doc["modes"]["basic"]["bytes_read_pe_side"].get<uint64_t>());
-  // The scheduler's split reads balance the storage NICs better than
-  // round-robin placement with the shorter-queue path choice.
-  CHECK(dual["snic_max_over_avg"].get<double>()
-        < doc["modes"]["dualpath-rr"]["snic_max_over_avg"].get<double>());
+  // (That the scheduler balances the storage NICs better than round robin
+  // is a policy property, checked where it is deterministic: tests/cmd/sim.cpp.
+  // In this small real-time run both are within 1% of 1.0 and their order
+  // follows the host's timing.)
   REQUIRE(doc.contains("ratios"));
   CHECK(doc["ratios"].contains("basic_over_dualpath_jct"));
   CHECK(doc["ratios"].contains("dualpath_over_oracle_jct"));

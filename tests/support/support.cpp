@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include <fcntl.h>
+#include <pty.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -52,7 +53,52 @@ std::string slurp(int fd) {
   return out;
 }
 
+// In a forked child: stdin from /dev/null, stdout and stderr to the given
+// descriptors, then exec `argv` (exit 127 when that fails).
+[[noreturn]] void exec_child(const std::vector<std::string>& argv, int out_fd,
+                             int err_fd) {
+  int null_fd = ::open("/dev/null", O_RDONLY);
+  dup2(null_fd, 0);
+  dup2(out_fd, 1);
+  dup2(err_fd, 2);
+  std::vector<char*> args;
+  for (auto& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  execv(args[0], args.data());
+  _exit(127);
+}
+
+int exit_status(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 } // namespace
+
+process_result run_on_terminal(const std::vector<std::string>& argv) {
+  int master = -1;
+  int slave = -1;
+  if (openpty(&master, &slave, nullptr, nullptr, nullptr) != 0)
+    throw std::runtime_error("openpty failed");
+  int null_fd = ::open("/dev/null", O_WRONLY);
+  auto pid = fork();
+  if (pid < 0)
+    throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    ::close(master);
+    exec_child(argv, null_fd, slave);
+  }
+  ::close(slave);
+  ::close(null_fd);
+  process_result res;
+  // Until EIO: the child closed its end.
+  res.err = slurp(master);
+  ::close(master);
+  res.status = exit_status(pid);
+  return res;
+}
 
 process_result run_process(const std::vector<std::string>& argv) {
   // stdout and stderr go to temporary files so that neither pipe can fill up
@@ -68,22 +114,10 @@ process_result run_process(const std::vector<std::string>& argv) {
   auto pid = fork();
   if (pid < 0)
     throw std::runtime_error("fork failed");
-  if (pid == 0) {
-    int null_fd = ::open("/dev/null", O_RDONLY);
-    dup2(null_fd, 0);
-    dup2(out_fd, 1);
-    dup2(err_fd, 2);
-    std::vector<char*> args;
-    for (auto& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
+  if (pid == 0)
+    exec_child(argv, out_fd, err_fd);
   process_result res;
-  res.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  res.status = exit_status(pid);
   lseek(out_fd, 0, SEEK_SET);
   lseek(err_fd, 0, SEEK_SET);
   res.out = slurp(out_fd);

@@ -46,6 +46,10 @@ struct process_result {
 /// Runs `argv` (argv[0] is a path) with no stdin, capturing stdout and stderr.
 process_result run_process(const std::vector<std::string>& argv);
 
+/// Runs `argv` with its stderr on a pseudo-terminal (stdout to /dev/null):
+/// `err` is what the terminal showed (the terminal turns "\n" into "\r\n").
+process_result run_on_terminal(const std::vector<std::string>& argv);
+
 /// The path of the built `dualpath` binary.
 std::string dualpath_binary();
 

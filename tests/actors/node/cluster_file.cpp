@@ -126,16 +126,24 @@ TEST_CASE("TLS files must exist; a missing file is named") {
   CHECK_FALSE(load_cluster(dir.file("absent.toml")));
 }
 
+namespace {
+
+// The settings of the defaults with `ovs` applied.
+dualpath::config::settings
+settings_with(std::vector<dualpath::config::override_entry> ovs) {
+  dualpath::config::load_request req;
+  req.overrides = std::move(ovs);
+  auto cfg = dualpath::config::load(req);
+  REQUIRE(cfg);
+  return std::move(*cfg);
+}
+
+} // namespace
+
 TEST_CASE("the settings digest covers what shapes the actors, not the "
           "workload") {
-  using dualpath::config::load;
-  using dualpath::config::load_request;
   auto digest = [](std::vector<dualpath::config::override_entry> ovs) {
-    load_request req;
-    req.overrides = std::move(ovs);
-    auto cfg = load(req);
-    REQUIRE(cfg);
-    return settings_digest(*cfg);
+    return settings_digest(settings_with(std::move(ovs)));
   };
   auto base_digest = digest({});
   CHECK(base_digest.size() == 16);
@@ -143,4 +151,30 @@ TEST_CASE("the settings digest covers what shapes the actors, not the "
   CHECK(digest({"run.time_scale=3"}) != base_digest);
   CHECK(digest({"hardware.gpus_per_node=2"}) != base_digest);
   CHECK(digest({"model.profile=ds-27b"}) != base_digest);
+}
+
+TEST_CASE("a settings mismatch names each differing key with both values") {
+  auto text = [](std::vector<dualpath::config::override_entry> ovs) {
+    return deployment_settings(settings_with(std::move(ovs)));
+  };
+  auto base = text({});
+  CHECK(settings_difference(base, text({"workload.agents=7"}), "here", "there")
+            .empty());
+  auto diff = settings_difference(
+      text({"hardware.gpus_per_node=2", "run.time_scale=3"}), base,
+      "on this node", "on the scheduler node");
+  CHECK(diff
+        == "hardware.gpus_per_node = 2 on this node but 8 on the scheduler "
+           "node; run.time_scale = 3.0 on this node but 1.0 on the "
+           "scheduler node");
+  // A whole profile differs in many keys: eight are named, then a count.
+  auto many = settings_difference(
+      text({"model.profile=ds-27b", "hardware.gpus_per_node=2",
+            "run.time_scale=3"}),
+      base, "a", "b");
+  CAPTURE(many);
+  CHECK(many.find("model.profile = \"ds-27b\" a but \"ds-660b\" b")
+        != std::string::npos);
+  CHECK(many.find("run.time_scale") == std::string::npos);
+  CHECK(many.find("; and 1 more") != std::string::npos);
 }

@@ -1,4 +1,5 @@
 // ctest-label: distribution
+// ctest-serial: a deployment of real-time processes (scheduler and three nodes)
 // A deployment of real processes on 127.0.0.1: a scheduler node, one prefill
 // node and two decode nodes (`dualpath node`), driven by `dualpath run
 // --cluster`. Over TLS with a throw-away CA made by openssl here, it gives the

@@ -1,4 +1,5 @@
 // ctest-label: distribution
+// ctest-serial: a deployment of real-time processes (scheduler and three nodes)
 // Node loss in a deployment of real processes on 127.0.0.1 (scheduler node,
 // one prefill node, two decode nodes): a decode process or the prefill
 // process killed with SIGKILL mid-run; every agent still completes, every

@@ -125,15 +125,16 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
                          caf::make_error(transport::transport_errc::wrong_key,
                                          "boom294")},
         {"291", "292", "293", "boom294"});
-  check(
-      node_info{"n301",
-                {engine(302)},
-                endpoint_info{"n303", "tcp", "a304", {}},
-                {"reader305"},
-                {},
-                "digest306"},
-      {"\"n301\"", "\"eng302\"", "\"n303\"", "a304", "reader305", "digest306"});
-  check(cluster_view{311, {node_info{"n312", {}, {}, {}, {}, {}}}, 313},
+  check(node_info{"n301",
+                  {engine(302)},
+                  endpoint_info{"n303", "tcp", "a304", {}},
+                  {"reader305"},
+                  {},
+                  "digest306",
+                  "model.layers = 307\n"},
+        {"\"n301\"", "\"eng302\"", "\"n303\"", "a304", "reader305", "digest306",
+         "model.layers = 307"});
+  check(cluster_view{311, {node_info{"n312", {}, {}, {}, {}, {}, {}}}, 313},
         {"311", "\"n312\"", "313"});
   check(metric_sample{"m321", 322.5}, {"m321", "322.5"});
   check(state_snapshot{"s331", 332, {metric_sample{"m333", 334}}},

@@ -3,7 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include <caf/scheduler/test_coordinator.hpp>
+
 namespace dualpath::actors {
+
+void run_next(caf::actor_system& sys, const caf::actor& to) {
+  if (auto* c =
+          dynamic_cast<caf::scheduler::test_coordinator*>(&sys.scheduler()))
+    c->prioritize(to);
+}
 
 uint64_t nominal_of_real(uint64_t real, const model_shape& m) {
   if (m.real_bytes_per_token_layer == 0)

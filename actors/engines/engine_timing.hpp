@@ -12,6 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include <caf/actor.hpp>
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+
 #include "actors/engines/emulation.hpp"
 #include "actors/engines/engine_context.hpp"
 #include "gpu/compute_model.hpp"
@@ -40,6 +44,21 @@ void send_at(Self* self, const emulated_time& t, emulated_time::time_point at,
     self->send(self, std::forward<Ts>(xs)...);
   else
     self->delayed_send(self, t.to_actor(at - now), std::forward<Ts>(xs)...);
+}
+
+/// Under simulated time (the deterministic test coordinator), `to` runs
+/// next, ahead of the jobs already queued; else nothing. A sender that hands
+/// work to another actor calls it after the send, so the work happens in the
+/// order one actor doing it inline would give: a simulation's results do
+/// not depend on how its work is split between actors (a prefill engine and
+/// its layer streamer).
+void run_next(caf::actor_system& sys, const caf::actor& to);
+
+/// Sends `xs...` to `to` and lets it run next (run_next).
+template <class Self, class Handle, class... Ts>
+void hand_off(Self* self, const Handle& to, Ts&&... xs) {
+  self->send(to, std::forward<Ts>(xs)...);
+  run_next(self->home_system(), caf::actor_cast<caf::actor>(to));
 }
 
 /// Emulated ns since the start -> emulated time point.

@@ -366,6 +366,63 @@ typename Inspector::result_type inspect(Inspector& f, layer_batch& x) {
   return f(caf::meta::type_name("layer_batch"), x.layer, x.done_ns, x.chunks);
 }
 
+/// One request's part of a prefill step on one GPU (prefill engine -> its
+/// layer streamer): `tokens` new tokens from `first` on (the tokens before
+/// `first` are cached: its hits and earlier chunks' KV), at byte `offset` of
+/// the GPU's layer slot. Tokens [0, pe_side_tokens) are the PE-side hits in
+/// the node's buffer; [pe_side_tokens, first) are pushed by the decode node.
+/// The real plane only fills `hashes` (the prompt's block hashes, for the
+/// new tokens' deterministic KV), `pe_leases` (the PE-side blocks' buffer
+/// leases, held by the engine until the step's last layer is loaded) and
+/// `slot` (the decode node's buffer slots).
+struct step_chunk {
+  uint64_t request_id = 0;
+  caf::actor decode_actor;
+  uint32_t first = 0;
+  uint32_t tokens = 0;
+  uint32_t pe_side_tokens = 0;
+  bool send_hits = false; ///< Its first chunk: the PE-side hits go out too.
+  uint64_t offset = 0;
+  std::vector<block_hash> hashes;
+  std::vector<buffer_lease> pe_leases;
+  decode_slot slot;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_chunk& x) {
+  return f(caf::meta::type_name("step_chunk"), x.request_id, x.decode_actor,
+           x.first, x.tokens, x.pe_side_tokens, x.send_hits, x.offset, x.hashes,
+           x.pe_leases, x.slot);
+}
+
+/// One GPU's batch of a prefill step and the real bytes of one layer slot.
+struct step_lane {
+  std::vector<step_chunk> chunks;
+  uint64_t layer_bytes = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_lane& x) {
+  return f(caf::meta::type_name("step_lane"), x.chunks, x.layer_bytes);
+}
+
+/// A packed step of a prefill node's GPUs (lanes[g] is GPU g's batch): its
+/// `layers` run together, at most `window` resident at once, each lasting
+/// `layer_s` seconds of emulated time.
+struct prefill_step {
+  uint64_t id = 0;
+  std::vector<step_lane> lanes;
+  uint32_t layers = 0;
+  uint32_t window = 1;
+  double layer_s = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prefill_step& x) {
+  return f(caf::meta::type_name("prefill_step"), x.id, x.lanes, x.layers,
+           x.window, x.layer_s);
+}
+
 /// A prefill engine's summary of a request before it sends the request's
 /// first layer: the hit blocks it uses (read errors shrink them), how many
 /// planned hits are recomputed, the storage bytes (nominal) read on the

@@ -1,7 +1,8 @@
 // A prefill node's interface: one engine drives every GPU of a prefill node
 // (one expert-parallel group; each GPU is one engine to the scheduler, rank
 // r of the node). It reads the PE-side hit blocks of its requests, steps its
-// GPUs together layer by layer, and streams each layer's KV to the decode
+// GPUs together layer by layer through its layer streamer
+// (layer_streamer_actor.hpp), which streams each layer's KV to the decode
 // nodes.
 #pragma once
 

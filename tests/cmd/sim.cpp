@@ -302,8 +302,12 @@ TEST_CASE("coarser layer steps: far fewer prefill jobs, nearly the same JCT") {
     CAPTURE(mode);
     auto& f = fine["modes"][mode];
     auto& c = coarse["modes"][mode];
+    // The prefill node's actors: its engine and the layer streamer that
+    // runs its steps' layers.
     auto jobs = [](json& m) {
-      return m["sim"]["events_by_actor"]["prefill_engine"].get<double>();
+      auto& by = m["sim"]["events_by_actor"];
+      return by["prefill_engine"].get<double>()
+             + by["layer_streamer"].get<double>();
     };
     // 61 layers -> 8 steps: the per-layer protocol runs ~1/8 as often (the
     // engines' 10 ms fetch and report ticks stay: at 6 agents they are most

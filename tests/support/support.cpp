@@ -138,4 +138,14 @@ void write_file(const std::string& path, const std::string& content) {
     throw std::runtime_error("cannot write " + path);
 }
 
+void run_until(caf::scheduler::test_coordinator& sched,
+               const std::function<bool()>& done, int max_timers) {
+  for (int i = 0; i < max_timers && !done(); ++i) {
+    sched.run();
+    if (done() || !sched.trigger_timeout())
+      break;
+  }
+  sched.run();
+}
+
 } // namespace dualpath::test

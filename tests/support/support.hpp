@@ -1,9 +1,13 @@
 // Helpers shared by the test suites: temporary directories, skipping a suite
-// whose hardware is absent, running the dualpath binary as a real process.
+// whose hardware is absent, running the dualpath binary as a real process,
+// running CAF's test coordinator until a condition holds.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
+
+#include <caf/scheduler/test_coordinator.hpp>
 
 namespace dualpath::test {
 
@@ -51,5 +55,11 @@ std::string dualpath_binary();
 
 /// Writes `content` to `path` (truncating).
 void write_file(const std::string& path, const std::string& content);
+
+/// Runs the coordinator's jobs, then fires its next timer, until `done()`
+/// holds or no timer is left (at most `max_timers` timers); then the jobs
+/// due.
+void run_until(caf::scheduler::test_coordinator& sched,
+               const std::function<bool()>& done, int max_timers = 100000);
 
 } // namespace dualpath::test

@@ -1,6 +1,7 @@
 #include "actors/engines/prefill/prefill_engine.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include <caf/actor_cast.hpp>
 #include <caf/exit_reason.hpp>
@@ -8,7 +9,8 @@
 
 #include "actors/engines/kv_layout.hpp"
 #include "actors/engines/prefill/packing.hpp"
-#include "actors/engines/prefill/prefill_step.hpp"
+#include "actors/engines/prefill/prefill_state.hpp"
+#include "actors/engines/streamer/layer_streamer.hpp"
 #include "actors/protocol/decode_engine_actor.hpp"
 #include "actors/protocol/scheduler_actor.hpp"
 #include "transport/storage/buffer_pool.hpp"
@@ -138,9 +140,6 @@ void on_slot(self_ptr self, uint64_t id, decode_slot slot) {
   // The leases of PE-side blocks past the hits used are not needed.
   std::vector<uint64_t> unused;
   std::vector<buffer_lease> kept;
-  uint64_t payload = uint64_t{bt} * cfg.model.layers * bpt(cfg);
-  if (cfg.real_bytes)
-    j.pe_block.assign(pe_side, nullptr);
   for (auto& l : j.pe_read.leases) {
     if (l.blocks == 1 && l.block_index >= pe_side) {
       unused.push_back(l.lease_id);
@@ -148,7 +147,7 @@ void on_slot(self_ptr self, uint64_t id, decode_slot slot) {
     }
     j.bytes_read_pe += uint64_t{bt} * l.blocks * kv_bytes_per_token(cfg);
     if (cfg.real_bytes && l.block_index < pe_side)
-      j.pe_block[l.block_index] = lease_payload(l, payload);
+      j.pe_blocks.push_back(l);
     j.leases.push_back(l.lease_id);
   }
   j.pe_read.leases.clear();
@@ -219,10 +218,10 @@ void on_assigned(self_ptr self, work_batch& w) {
 }
 
 // Packs every GPU's batch; nothing when no GPU has a ready request.
-std::unique_ptr<prefill_step_run> pack_step(self_ptr self) {
+std::optional<prefill_step> pack_step(self_ptr self) {
   auto& st = self->state;
   auto& cfg = st.cfg;
-  auto step = std::make_unique<prefill_step_run>();
+  auto step = std::make_optional<prefill_step>();
   step->window = cfg.mode == load_mode::basic
                      ? std::max<uint32_t>(cfg.model.layers, 1)
                      : std::max<uint32_t>(cfg.layer_window, 1);
@@ -243,9 +242,8 @@ std::unique_ptr<prefill_step_run> pack_step(self_ptr self) {
   step->lanes.resize(st.lanes.size());
   for (uint32_t g = 0; g < st.lanes.size(); ++g) {
     auto& lane = st.lanes[g];
-    lim.hbm_bytes = lane.staging.size;
-    if (!moves_bytes(cfg) || !cfg.real_bytes)
-      lim.hbm_bytes = real_bytes(cfg.hbm_kv_bytes, cfg.byte_scale);
+    // The GPU's HBM for KV (in real bytes, the size of its staging).
+    lim.hbm_bytes = real_bytes(cfg.hbm_kv_bytes, cfg.byte_scale);
     std::vector<pack_candidate> ready;
     for (auto id : lane.fifo) {
       auto& j = st.jobs.at(id);
@@ -268,11 +266,18 @@ std::unique_ptr<prefill_step_run> pack_step(self_ptr self) {
     for (auto& ch : packed.chunks) {
       auto& j = st.jobs.at(ch.id);
       step_chunk c;
-      c.job = ch.id;
+      c.request_id = ch.id;
+      c.decode_actor = j.a.decode_actor;
       c.first = static_cast<uint32_t>(ch.cached);
       c.tokens = static_cast<uint32_t>(ch.bsz);
+      c.pe_side_tokens = j.pe_side_tokens;
       c.send_hits = !j.hits_sent;
       c.offset = sl.layer_bytes;
+      if (cfg.real_bytes) {
+        c.hashes = j.hashes;
+        c.pe_leases = j.pe_blocks;
+        c.slot = j.slot;
+      }
       sl.layer_bytes += (uint64_t{c.first} + c.tokens) * bpt(cfg);
       sl.chunks.push_back(c);
       shapes[g].push_back(gpu::sequence_shape{ch.cached, ch.bsz});
@@ -281,7 +286,7 @@ std::unique_ptr<prefill_step_run> pack_step(self_ptr self) {
     }
   }
   if (!any)
-    return nullptr;
+    return std::nullopt;
   step->layer_s = prefill_step_layer(cfg, shapes).layer_s;
   if (auto& stats = cfg.stats) {
     ++stats->steps;
@@ -290,9 +295,25 @@ std::unique_ptr<prefill_step_run> pack_step(self_ptr self) {
       stats->batch(l.chunks.size());
     }
   }
-  step->layers.resize(cfg.model.layers);
+  step->layers = cfg.model.layers;
   step->id = st.next_step++;
   return step;
+}
+
+// Packs the next step and hands it to the streamer (when some GPU has a
+// ready request).
+void start_step(self_ptr self) {
+  auto& st = self->state;
+  auto plan = pack_step(self);
+  if (!plan)
+    return;
+  auto run = std::make_unique<running_step>();
+  run->id = plan->id;
+  for (auto& lane : plan->lanes)
+    for (auto& c : lane.chunks)
+      run->chunks.push_back(running_chunk{c.request_id, c.first, c.tokens});
+  st.step = std::move(run);
+  hand_off(self, st.streamer, run_step_atom_v, std::move(*plan));
 }
 
 group_report group_load(self_ptr self) {
@@ -348,37 +369,6 @@ void fetch(self_ptr self) {
           });
 }
 
-caf::error make_staging(const engine_config& cfg, uint32_t g, pe_staging& s) {
-  s.size = real_bytes(cfg.hbm_kv_bytes, cfg.byte_scale);
-  if (s.size == 0 || !copies_bytes(cfg))
-    return {};
-  // Page-aligned, not value-initialised: pages are touched only when KV
-  // lands there.
-  s.memory = gpu::allocate_host_memory(s.size);
-  if (!s.memory)
-    return caf::make_error(gpu::gpu_errc::out_of_memory,
-                           "prefill staging of " + std::to_string(s.size)
-                               + " B for GPU " + std::to_string(g)
-                               + ": no host memory");
-  if (auto& dev = cfg.devices[g]) {
-    auto pinned = dev->pin(s.memory.get(), s.size);
-    if (!pinned)
-      return std::move(pinned.error());
-    s.pinned = std::move(*pinned);
-    auto stream = dev->make_stream();
-    if (!stream)
-      return std::move(stream.error());
-    s.stream = std::move(*stream);
-  }
-  if (cfg.node && cfg.node->bulk) {
-    auto reg = cfg.node->bulk->register_region(s.memory.get(), s.size);
-    if (!reg)
-      return std::move(reg.error());
-    s.registration = std::move(*reg);
-  }
-  return {};
-}
-
 impl_actor::behavior_type prefill_engine(self_ptr self, engine_config cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
@@ -389,15 +379,33 @@ impl_actor::behavior_type prefill_engine(self_ptr self, engine_config cfg) {
     return impl_actor::behavior_type::make_empty_behavior();
   }
   st.lanes.resize(st.cfg.gpus);
-  for (uint32_t g = 0; g < st.cfg.gpus; ++g)
-    if (auto err = make_staging(st.cfg, g, st.lanes[g].staging)) {
-      self->quit(std::move(err));
-      return impl_actor::behavior_type::make_empty_behavior();
-    }
+  // The layer streamer runs the steps; each of the two stops when the
+  // other goes down.
+  st.streamer =
+      spawn_layer_streamer(self->home_system(), st.cfg,
+                           caf::actor_cast<layer_streamer_reports>(self));
+  self->monitor(st.streamer);
   // A decode node was lost (its node died; in a deployment the node agent
   // passes the notice on): its requests fail here too, so the engine goes
-  // on and the scheduler re-queues them.
+  // on and the scheduler re-queues them. The streamer lost: the engine
+  // cannot step its GPUs any more; it gives its requests' buffer slots back
+  // and stops with an error naming the streamer (the scheduler and the
+  // decode nodes re-queue and drop its requests).
   self->set_down_handler([self](const caf::down_msg& dm) {
+    auto& st = self->state;
+    if (dm.source == st.streamer.address()) {
+      std::vector<uint64_t> ids;
+      for (auto& [id, j] : st.jobs)
+        ids.push_back(id);
+      for (auto id : ids)
+        remove_job(self, id);
+      st.step.reset();
+      self->quit(caf::make_error(caf::sec::runtime_error,
+                                 "prefill engine of " + st.cfg.node->name
+                                     + ": its layer streamer went down: "
+                                     + to_string(dm.reason)));
+      return;
+    }
     std::vector<uint64_t> lost;
     for (auto& [id, j] : self->state.jobs)
       if (!j.failed && j.a.decode_actor
@@ -407,7 +415,8 @@ impl_actor::behavior_type prefill_engine(self_ptr self, engine_config cfg) {
       fail_job(self, id,
                caf::make_error(caf::sec::request_receiver_down,
                                "decode engine lost"));
-    lost_decode_engine(self, dm.source);
+    if (st.step)
+      hand_off(self, st.streamer, lost_atom_v, dm.source);
   });
   if (st.cfg.scheduler)
     schedule_fetch(self);
@@ -415,22 +424,26 @@ impl_actor::behavior_type prefill_engine(self_ptr self, engine_config cfg) {
       [self](prefill_atom, work_batch& w) { on_assigned(self, w); },
       [self](status_atom) { return group_load(self); },
       [self](fetch_tick_atom) { fetch(self); },
-      [self](loaded_atom, uint64_t step) { on_loaded(self, step); },
       [self](kick_atom) {
         auto& st = self->state;
         st.kicked = false;
-        if (st.step)
+        if (!st.step)
+          start_step(self);
+      },
+      [self](step_loaded_atom, uint64_t step) {
+        auto& st = self->state;
+        if (st.step && st.step->id == step)
+          release_loaded(self, *st.step);
+      },
+      [self](fail_atom, uint64_t, uint64_t id, const caf::error& err) {
+        fail_job(self, id, err);
+      },
+      [self](done_atom, uint64_t step) {
+        auto& st = self->state;
+        if (!st.step || st.step->id != step)
           return;
-        if (auto step = pack_step(self))
-          run_step(self, std::move(step));
-      },
-      [self](computed_atom, uint64_t step, uint32_t l) {
-        on_computed(self, step, l);
-      },
-      [self](sent_atom, uint64_t step, uint32_t l) { on_sent(self, step, l); },
-      [self](posted_atom, uint64_t step, uint32_t l, bool load,
-             caf::error& err) {
-        on_posted(self, step, l, load, std::move(err));
+        auto finished = std::move(st.step);
+        step_finished(self, *finished);
       },
   };
 }
@@ -470,47 +483,45 @@ void pump(self_ptr self) {
   self->send(self, kick_atom_v);
 }
 
-void release_loaded(self_ptr self, const prefill_step_run& step) {
+void release_loaded(self_ptr self, const running_step& step) {
   auto& st = self->state;
-  for (auto& lane : step.lanes)
-    for (auto& c : lane.chunks) {
-      auto i = st.jobs.find(c.job);
-      if (i == st.jobs.end() || c.first + c.tokens < i->second.tokens)
-        continue; // a later chunk reads the hits again
-      auto& j = i->second;
-      j.pe_block.clear();
-      release_leases(self, std::move(j.leases));
-      j.leases.clear();
-    }
+  for (auto& c : step.chunks) {
+    auto i = st.jobs.find(c.job);
+    if (i == st.jobs.end() || c.first + c.tokens < i->second.tokens)
+      continue; // a later chunk reads the hits again
+    auto& j = i->second;
+    j.pe_blocks.clear();
+    release_leases(self, std::move(j.leases));
+    j.leases.clear();
+  }
 }
 
-void step_finished(self_ptr self, const prefill_step_run& step) {
+void step_finished(self_ptr self, const running_step& step) {
   auto& st = self->state;
   auto& cfg = st.cfg;
   auto now = since_start(cfg.time, emulated_now(self, cfg.time));
-  for (auto& lane : step.lanes)
-    for (auto& c : lane.chunks) {
-      auto i = st.jobs.find(c.job);
-      if (i == st.jobs.end())
-        continue;
-      auto& j = i->second;
-      if (j.failed) {
-        remove_job(self, c.job);
-        continue;
-      }
-      if (!j.hits_sent && c.first + c.tokens < j.tokens && cfg.stats)
-        ++cfg.stats->chunked; // its first chunk was not all of its prompt
-      j.hits_sent = true;
-      j.done_tokens = c.first + c.tokens;
-      if (j.done_tokens >= j.tokens) {
-        if (cfg.hooks && cfg.hooks->tracing())
-          span(cfg, "gpu", j.lane, "prefill", j.id, -1,
-               since_start(cfg.time, j.placed_at), now);
-        remove_job(self, c.job);
-      } else {
-        j.phase = pe_phase::ready; // its next chunk in a later step
-      }
+  for (auto& c : step.chunks) {
+    auto i = st.jobs.find(c.job);
+    if (i == st.jobs.end())
+      continue;
+    auto& j = i->second;
+    if (j.failed) {
+      remove_job(self, c.job);
+      continue;
     }
+    if (!j.hits_sent && c.first + c.tokens < j.tokens && cfg.stats)
+      ++cfg.stats->chunked; // its first chunk was not all of its prompt
+    j.hits_sent = true;
+    j.done_tokens = c.first + c.tokens;
+    if (j.done_tokens >= j.tokens) {
+      if (cfg.hooks && cfg.hooks->tracing())
+        span(cfg, "gpu", j.lane, "prefill", j.id, -1,
+             since_start(cfg.time, j.placed_at), now);
+      remove_job(self, c.job);
+    } else {
+      j.phase = pe_phase::ready; // its next chunk in a later step
+    }
+  }
   pump(self);
 }
 

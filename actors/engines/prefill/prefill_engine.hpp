@@ -27,11 +27,13 @@
 //   batching::token_budget (basic, layerwise, dualpath-rr): up to
 //     engines.basic_batch_tokens new tokens, the last request chunked;
 // in both, the batch's resident KV must fit the GPU's HBM for KV: the
-// window's layers (layerwise) or every layer (Basic). The GPUs then run the
-// step's layers together (prefill_step.hpp): a layer lasts as long as its
-// slowest GPU (engine_timing.hpp prefill_step_layer), with at most
-// `layer_window` layers resident (Basic: all of them, loads, compute and
-// sends in series).
+// window's layers (layerwise) or every layer (Basic). The engine hands the
+// packed step to the node's layer streamer (actors/engines/streamer/, one
+// step at a time), which runs the step's layers on the GPUs together and
+// reports back (last layer loaded, per-request failures, step done): a
+// layer lasts as long as its slowest GPU (engine_timing.hpp
+// prefill_step_layer), with at most `layer_window` layers resident (Basic:
+// all of them, loads, compute and sends in series).
 //
 // Per layer l of a step, on every GPU, for each chunk [first, first + n) of
 // a request: its PE-side hits' Layer Blocks l are copied from the node's
@@ -47,10 +49,15 @@
 // Failures: a failed read block becomes a miss; a push or send that fails,
 // or a decode node that is lost, fails the requests involved: their decode
 // node drops what it holds for them and the scheduler re-queues them
-// (request_failure), the rest of the step goes on.
+// (request_failure), the rest of the step goes on. The engine spawns its
+// streamer and they monitor each other: if the streamer goes down, the
+// engine gives its requests' buffer slots back and stops with an error
+// naming the streamer (the scheduler and the decode nodes re-queue and drop
+// its requests); if the engine goes down, so does the streamer.
 //
-// The engine is a typed actor (prefill_engine_actor plus private timers); it
-// fetches work for its group every fetch_period_ns.
+// The engine is a typed actor (prefill_engine_actor, its streamer's
+// reports, private timers); it never blocks; it fetches work for its group
+// every fetch_period_ns.
 #pragma once
 
 #include <caf/actor_system.hpp>
@@ -60,8 +67,9 @@
 
 namespace dualpath::actors {
 
-/// Spawns the prefill engine of `cfg.node`; the actor exits at once with the
-/// error if its GPUs' staging memory cannot be set up.
+/// Spawns the prefill engine of `cfg.node` and its layer streamer; the
+/// engine exits with an error naming the streamer if the streamer's GPU
+/// staging memory cannot be set up.
 prefill_engine_actor spawn_prefill_engine(caf::actor_system& sys,
                                           engine_config cfg);
 

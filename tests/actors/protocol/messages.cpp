@@ -145,6 +145,21 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
                         caf::make_error(transport::transport_errc::peer_lost,
                                         "gone353")},
         {"351", "\"eng352\"", "gone353"});
+  step_chunk chunk{381,
+                   caf::actor{},
+                   382,
+                   383,
+                   384,
+                   true,
+                   385,
+                   {386},
+                   {buffer_lease{387, 388, 389, region(390)}},
+                   decode_slot{391, {region(392)}, {393}}};
+  check(chunk, {"381", "382", "383", "384", "true", "385", "386", "387", "388",
+                "389", "\"node390\"", "391", "\"node392\"", "393"});
+  check(step_lane{{chunk}, 394}, {"381", "393", "394"});
+  check(prefill_step{395, {step_lane{{chunk}, 396}}, 397, 398, 399.5},
+        {"395", "381", "396", "397", "398", "399.5"});
   // Every registered type was checked: adding a message without a test fails.
   CHECK_EQ(checked, registered_type_names().size());
 }

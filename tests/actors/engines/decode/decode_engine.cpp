@@ -20,6 +20,7 @@
 #include "actors/protocol/register.hpp"
 #include "actors/storage/storage_reader.hpp"
 #include "gpu/device.hpp"
+#include "tests/support/support.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/buffer_pool.hpp"
 #include "transport/storage/kv_content.hpp"
@@ -146,12 +147,7 @@ struct fixture {
   }
 
   void run_until_results(size_t n) {
-    for (int i = 0; i < 100000 && out->results.size() < n; ++i) {
-      sched.run();
-      if (out->results.size() >= n || !sched.trigger_timeout())
-        break;
-    }
-    sched.run();
+    test::run_until(sched, [&] { return out->results.size() >= n; });
   }
 };
 

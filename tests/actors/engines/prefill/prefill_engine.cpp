@@ -20,6 +20,7 @@
 #include "actors/engines/prefill/prefill_engine.hpp"
 #include "actors/protocol/register.hpp"
 #include "gpu/device.hpp"
+#include "tests/support/support.hpp"
 
 using namespace dualpath;
 using namespace dualpath::actors;
@@ -142,12 +143,7 @@ struct fixture {
   }
 
   void run_until_results(size_t n) {
-    for (int i = 0; i < 100000 && fake->results.size() < n; ++i) {
-      sched.run();
-      if (fake->results.size() >= n || !sched.trigger_timeout())
-        break;
-    }
-    sched.run();
+    test::run_until(sched, [&] { return fake->results.size() >= n; });
   }
 
   const request_result& result(uint64_t id) {

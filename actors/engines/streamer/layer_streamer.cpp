@@ -1,25 +1,122 @@
-// One step of a prefill node's GPUs, layer by layer (see prefill_engine.hpp
-// and prefill_step.hpp). Real bytes are copied at once (byte-scaled); the
+// The layer streamer (see layer_streamer.hpp): one step of a prefill node's
+// GPUs, layer by layer. Real bytes are copied at once (byte-scaled); the
 // actor waits the emulated time of every step with delayed messages until
 // the paced links and the compute model say the step is over.
-#include "actors/engines/prefill/prefill_step.hpp"
+#include "actors/engines/streamer/layer_streamer.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <unordered_map>
+#include <vector>
 
 #include <caf/actor_cast.hpp>
 #include <caf/send.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include "actors/bulk/bulk_post.hpp"
+#include "actors/engines/engine_common.hpp"
+#include "actors/engines/engine_timing.hpp"
 #include "actors/engines/kv_layout.hpp"
 #include "actors/protocol/decode_engine_actor.hpp"
+#include "gpu/device.hpp"
+#include "gpu/host_memory.hpp"
+#include "transport/bulk/backend.hpp"
 
-namespace dualpath::actors::prefill {
+// Private atoms: messages the streamer sends itself (timers, completions
+// from backend threads); they never cross a process.
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, computed_atom,
+             "lscomputed")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, sent_atom,
+             "lssent")
+CAF_ADD_ATOM(dualpath_actors, dualpath::actors::streamer_atoms, posted_atom,
+             "lsposted")
+
+namespace dualpath::actors::streamer {
 
 namespace {
 
+using namespace dualpath::actors::streamer_atoms;
 namespace bulk = transport::bulk;
+
+using time_point = emulated_time::time_point;
+
+// The streamer's whole interface: the public one plus its private messages:
+// a layer computed, a layer's sends done (both in emulated time), and a
+// bulk batch's completion from a backend thread (step, layer, whether it
+// was a load's loopback copy or a send, error).
+using impl_actor = layer_streamer_actor::extend<
+    caf::reacts_to<computed_atom, uint64_t, uint32_t>,
+    caf::reacts_to<sent_atom, uint64_t, uint32_t>,
+    caf::reacts_to<posted_atom, uint64_t, uint32_t, bool, caf::error>>;
+
+// One GPU's staging: host memory mirroring its HBM for KV (real bytes),
+// pinned with its device and registered with the node's bulk transport once.
+struct staging {
+  gpu::host_memory memory;
+  uint64_t size = 0;
+  gpu::pinned_host pinned;
+  gpu::stream stream;
+  transport::bulk::local_registration registration;
+};
+
+// One request's chunk in the running step.
+struct chunk_run {
+  step_chunk plan;
+  uint32_t lane = 0;
+  bool failed = false; // failed inside the step: skipped from then on
+  // Real plane: the payload of every PE-side block (index < pe_side).
+  std::vector<const std::byte*> pe_block;
+};
+
+struct lane_run {
+  std::vector<chunk_run> chunks;
+  uint64_t layer_bytes = 0; // real bytes of one layer slot
+};
+
+struct step_layer {
+  uint32_t pushes_pending = 0; // push replies (and loopback H2D) awaited
+  // The decode engines whose push reply is awaited: one lost meanwhile
+  // never answers (a node lost behind the scheduler node), so its loss
+  // settles the push (on_lost).
+  std::vector<caf::actor> push_targets;
+  bool loading = false;
+  bool load_known = false; // every load answered: ready_at is final
+  time_point ready_at{};
+  bool compute_scheduled = false;
+  time_point compute_end{};
+  bool computed = false;
+  uint32_t posts_pending = 0; // bulk sends awaited
+  time_point send_done{};
+  bool sent = false;
+  std::vector<gpu::device_buffer> gpu; // per lane (real plane)
+};
+
+struct step_run {
+  uint64_t id = 0;
+  std::vector<lane_run> lanes;
+  std::unordered_map<uint64_t, chunk_run*> by_request; // into lanes
+  std::vector<step_layer> layers;
+  uint32_t window = 1;
+  double layer_s = 0;
+  uint32_t next_load = 0;
+  uint32_t next_compute = 0;
+  uint32_t first_live = 0; // oldest layer not yet sent
+  time_point began{};
+};
+
+struct streamer_state {
+  // First member: the node's resources (bulk transport, devices) outlive
+  // the staging registered with them.
+  engine_config cfg;
+  layer_streamer_reports engine;
+  std::vector<staging> lanes; // per GPU
+  std::unique_ptr<step_run> step;
+  static inline const char* name = "layer_streamer";
+};
+
+using self_ptr = impl_actor::stateful_pointer<streamer_state>;
 
 time_point reserve(const link_ptr& link, uint64_t nominal, time_point now) {
   return link && nominal > 0 ? link->reserve(nominal, now) : now;
@@ -35,15 +132,32 @@ bool current(self_ptr self, uint64_t step) {
   return s && s->id == step;
 }
 
-pe_job* job_of(self_ptr self, uint64_t id) {
-  auto i = self->state.jobs.find(id);
-  return i == self->state.jobs.end() || i->second.failed ? nullptr : &i->second;
+// The running step's chunk of request `id`, unless it failed.
+chunk_run* live_chunk(self_ptr self, uint64_t id) {
+  auto& s = self->state.step;
+  if (!s)
+    return nullptr;
+  auto i = s->by_request.find(id);
+  return i == s->by_request.end() || i->second->failed ? nullptr : i->second;
+}
+
+// A request failed inside the step: skipped from now on, its engine told
+// (which tells its decode node and the scheduler).
+void fail_request(self_ptr self, uint64_t id, const caf::error& err) {
+  auto* c = live_chunk(self, id);
+  if (c == nullptr)
+    return;
+  c->failed = true;
+  // The engine tells the decode node and the scheduler now, as it did
+  // when the step ran inside it.
+  hand_off(self, self->state.engine, fail_atom_v, self->state.step->id, id,
+           err);
 }
 
 // Staging offset of token `t` of chunk `c` in layer `l`'s slot.
-uint64_t staging_at(const prefill_step_run& s, const step_lane& lane,
-                    const step_chunk& c, uint32_t l, uint64_t t, uint64_t bpt) {
-  return uint64_t{l % s.window} * lane.layer_bytes + c.offset + t * bpt;
+uint64_t staging_at(const step_run& s, const lane_run& lane, const chunk_run& c,
+                    uint32_t l, uint64_t t, uint64_t bpt) {
+  return uint64_t{l % s.window} * lane.layer_bytes + c.plan.offset + t * bpt;
 }
 
 uint64_t nominal_tokens(const engine_config& cfg, uint64_t tokens) {
@@ -59,8 +173,9 @@ void trace_lane(self_ptr self, uint32_t g, const char* track, const char* name,
   if (!cfg.hooks || !cfg.hooks->tracing() || !st.step)
     return;
   for (auto& c : st.step->lanes[g].chunks)
-    span(cfg, track, g, name, c.job, layer, since_start(cfg.time, begin),
-         since_start(cfg.time, end), nominal, suffix);
+    span(cfg, track, g, name, c.plan.request_id, layer,
+         since_start(cfg.time, begin), since_start(cfg.time, end), nominal,
+         suffix);
 }
 
 void try_compute(self_ptr self);
@@ -86,8 +201,14 @@ void load_done(self_ptr self, uint32_t l) {
   lay.load_known = true;
   if (l + 1 == s.layers.size() && moves_bytes(st.cfg)) {
     // Every layer is in GPU memory at the last one's ready time: the
-    // buffer slots of requests done with the hits go back then.
-    send_at(self, st.cfg.time, lay.ready_at, loaded_atom_v, s.id);
+    // engine gives the buffer slots of requests done with the hits back
+    // then.
+    auto now = emulated_now(self, st.cfg.time);
+    if (lay.ready_at <= now)
+      self->send(st.engine, step_loaded_atom_v, s.id);
+    else
+      self->delayed_send(st.engine, st.cfg.time.to_actor(lay.ready_at - now),
+                         step_loaded_atom_v, s.id);
   }
   try_compute(self);
 }
@@ -116,7 +237,7 @@ void start_load(self_ptr self, uint32_t l) {
   lay.gpu.resize(s.lanes.size());
   for (uint32_t g = 0; g < s.lanes.size(); ++g) {
     auto& lane = s.lanes[g];
-    auto& staging = st.lanes[g].staging;
+    auto& staging = st.lanes[g];
     if (cfg.real_bytes && lane.layer_bytes > 0 && cfg.devices[g]) {
       auto buf = cfg.devices[g]->allocate(lane.layer_bytes);
       if (buf)
@@ -124,14 +245,14 @@ void start_load(self_ptr self, uint32_t l) {
     }
     uint64_t local = 0;
     for (auto& c : lane.chunks) {
-      auto* j = job_of(self, c.job);
-      if (j == nullptr)
+      if (c.failed)
         continue;
+      auto& p = c.plan;
       // PE-side hits [0, pe_side_tokens), one Layer Block per block.
-      for (uint32_t b = 0; uint64_t{b} * bt < j->pe_side_tokens; ++b) {
+      for (uint32_t b = 0; uint64_t{b} * bt < p.pe_side_tokens; ++b) {
         auto dst = staging_at(s, lane, c, l, uint64_t{b} * bt, unit);
-        if (cfg.real_bytes && b < j->pe_block.size() && j->pe_block[b]) {
-          auto src = j->pe_block[b] + l * layer_block;
+        if (cfg.real_bytes && b < c.pe_block.size() && c.pe_block[b]) {
+          auto src = c.pe_block[b] + l * layer_block;
           if (cfg.h2d_via_transport && cfg.node->pool_registration) {
             auto pool_base = reinterpret_cast<const std::byte*>(
                 cfg.node->pool_registration->data());
@@ -148,24 +269,24 @@ void start_load(self_ptr self, uint32_t l) {
         local += bt;
       }
       // Decode-side hits and earlier chunks' KV: pushed by the decode node.
-      if (c.first > j->pe_side_tokens) {
-        layer_chunk p;
-        p.request_id = j->id;
-        p.first_token = j->pe_side_tokens;
-        p.tokens = c.first - j->pe_side_tokens;
+      if (p.first > p.pe_side_tokens) {
+        layer_chunk x;
+        x.request_id = p.request_id;
+        x.first_token = p.pe_side_tokens;
+        x.tokens = p.first - p.pe_side_tokens;
         if (cfg.real_bytes) {
           auto to = staging.registration.describe().subrange(
-              staging_at(s, lane, c, l, j->pe_side_tokens, unit),
-              uint64_t{p.tokens} * unit);
+              staging_at(s, lane, c, l, p.pe_side_tokens, unit),
+              uint64_t{x.tokens} * unit);
           if (!to) {
-            fail_job(self, j->id, to.error());
+            fail_request(self, p.request_id, to.error());
             continue;
           }
-          p.destination = *to;
+          x.destination = *to;
         }
-        auto& batch = pushes[j->a.decode_actor];
+        auto& batch = pushes[p.decode_actor];
         batch.layer = l;
-        batch.chunks.push_back(std::move(p));
+        batch.chunks.push_back(std::move(x));
       }
     }
     if (local > 0) {
@@ -192,7 +313,7 @@ void start_load(self_ptr self, uint32_t l) {
         // Every request of the layer read through the failed copy.
         for (auto& lane : s.lanes)
           for (auto& c : lane.chunks)
-            fail_job(self, c.job, early->error);
+            fail_request(self, c.plan.request_id, early->error);
       }
     }
   }
@@ -217,7 +338,7 @@ void start_load(self_ptr self, uint32_t l) {
     self->request(caf::actor_cast<decode_engine_actor>(de), caf::infinite,
                   push_atom_v, std::move(batch))
         .then(
-            [self, step, l, settle](layer_batch& r) {
+            [self, l, settle](layer_batch& r) {
               if (!settle())
                 return;
               auto& st = self->state;
@@ -225,16 +346,16 @@ void start_load(self_ptr self, uint32_t l) {
               auto& lay = st.step->layers[l];
               auto now = emulated_now(self, cfg.time);
               auto t = std::max(now, from_ns(cfg.time, r.done_ns));
-              for (auto& c : r.chunks) {
-                auto* j = job_of(self, c.request_id);
-                if (j == nullptr)
+              for (auto& x : r.chunks) {
+                auto* c = live_chunk(self, x.request_id);
+                if (c == nullptr)
                   continue;
-                auto nominal = nominal_tokens(cfg, c.tokens);
-                auto rx = reserve(lane_link(cfg.node->cnic_rx, j->lane),
+                auto nominal = nominal_tokens(cfg, x.tokens);
+                auto rx = reserve(lane_link(cfg.node->cnic_rx, c->lane),
                                   nominal, now);
                 t = std::max(t, rx);
                 if (cfg.hooks && cfg.hooks->tracing())
-                  span(cfg, "cnic", j->lane, "transfer", j->id,
+                  span(cfg, "cnic", c->lane, "transfer", x.request_id,
                        static_cast<int32_t>(l), since_start(cfg.time, now),
                        since_start(cfg.time, rx), nominal, " rx");
               }
@@ -246,7 +367,7 @@ void start_load(self_ptr self, uint32_t l) {
               if (!settle())
                 return;
               for (auto id : ids)
-                fail_job(self, id, err);
+                fail_request(self, id, err);
               if (!current(self, step))
                 return;
               --self->state.step->layers[l].pushes_pending;
@@ -292,8 +413,6 @@ void try_compute(self_ptr self) {
   }
 }
 
-void start_send(self_ptr self, uint32_t l);
-
 void post_done(self_ptr self, uint32_t l) {
   auto& st = self->state;
   auto& s = *st.step;
@@ -320,18 +439,18 @@ void start_send(self_ptr self, uint32_t l) {
   const auto bt = cfg.model.block_tokens;
   const auto unit = bpt(cfg);
   std::map<std::string, bulk::batch> batches;
-  std::map<std::string, std::vector<uint64_t>> batch_jobs;
+  std::map<std::string, std::vector<uint64_t>> batch_requests;
   for (uint32_t g = 0; g < s.lanes.size(); ++g) {
     auto& lane = s.lanes[g];
-    auto& staging = st.lanes[g].staging;
+    auto& staging = st.lanes[g];
     uint64_t tokens = 0;
     for (auto& c : lane.chunks) {
-      auto* j = job_of(self, c.job);
-      if (j == nullptr)
+      if (c.failed)
         continue;
+      auto& p = c.plan;
       std::pair<uint32_t, uint32_t> ranges[2] = {
-          {0, c.send_hits ? j->pe_side_tokens : 0},
-          {c.first, c.first + c.tokens}};
+          {0, p.send_hits ? p.pe_side_tokens : 0},
+          {p.first, p.first + p.tokens}};
       for (auto [first, last] : ranges) {
         if (first >= last)
           continue;
@@ -340,11 +459,11 @@ void start_send(self_ptr self, uint32_t l) {
           continue;
         bool ok = true;
         for (auto& seg : block_segments(first, last - first, bt)) {
-          if (seg.block >= j->slot.blocks.size()) {
+          if (seg.block >= p.slot.blocks.size()) {
             ok = false;
             break;
           }
-          auto dst = j->slot.blocks[seg.block].subrange(
+          auto dst = p.slot.blocks[seg.block].subrange(
               block_offset(l, seg.token_in_block, bt, unit),
               uint64_t{seg.tokens} * unit);
           if (!dst) {
@@ -358,14 +477,14 @@ void start_send(self_ptr self, uint32_t l) {
               staging_at(s, lane, c, l, seg.first_token, unit), *dst});
         }
         if (!ok) {
-          fail_job(self, j->id,
-                   caf::make_error(caf::sec::invalid_argument,
-                                   "decode slot of request "
-                                       + std::to_string(j->id)
-                                       + " lacks a block"));
+          fail_request(self, p.request_id,
+                       caf::make_error(caf::sec::invalid_argument,
+                                       "decode slot of request "
+                                           + std::to_string(p.request_id)
+                                           + " lacks a block"));
           break;
         }
-        batch_jobs[j->slot.blocks.front().node].push_back(j->id);
+        batch_requests[p.slot.blocks.front().node].push_back(p.request_id);
       }
     }
     if (tokens > 0) {
@@ -389,8 +508,8 @@ void start_send(self_ptr self, uint32_t l) {
     if (early) {
       --lay.posts_pending;
       if (early->error)
-        for (auto id : batch_jobs[node])
-          fail_job(self, id, early->error);
+        for (auto id : batch_requests[node])
+          fail_request(self, id, early->error);
       if (!current(self, step))
         return;
     }
@@ -398,12 +517,62 @@ void start_send(self_ptr self, uint32_t l) {
   post_done(self, l);
 }
 
-} // namespace
-
-void run_step(self_ptr self, std::unique_ptr<prefill_step_run> step) {
+// A packed step arrives: its chunks (the PE-side blocks' payloads found in
+// their leases), then its first layers' loads.
+void on_step(self_ptr self, prefill_step& plan) {
   auto& st = self->state;
-  st.step = std::move(step);
-  st.step->began = emulated_now(self, st.cfg.time);
+  auto& cfg = st.cfg;
+  if (st.step) {
+    auto err =
+        caf::make_error(caf::sec::runtime_error,
+                        "layer streamer of " + cfg.node->name + ": step "
+                            + std::to_string(plan.id) + " arrived while step "
+                            + std::to_string(st.step->id) + " runs");
+    for (auto& lane : plan.lanes)
+      for (auto& c : lane.chunks)
+        self->send(st.engine, fail_atom_v, plan.id, c.request_id, err);
+    self->send(st.engine, done_atom_v, plan.id);
+    return;
+  }
+  auto s = std::make_unique<step_run>();
+  s->id = plan.id;
+  s->window = std::max<uint32_t>(plan.window, 1);
+  s->layer_s = plan.layer_s;
+  s->layers.resize(plan.layers);
+  const auto bt = cfg.model.block_tokens;
+  const uint64_t payload = uint64_t{bt} * cfg.model.layers * bpt(cfg);
+  // Lanes past the node's GPUs have no staging: their chunks cannot run.
+  auto lanes = std::min<size_t>(plan.lanes.size(), st.lanes.size());
+  s->lanes.resize(lanes);
+  for (uint32_t g = 0; g < lanes; ++g) {
+    auto& in = plan.lanes[g];
+    auto& out = s->lanes[g];
+    out.layer_bytes = in.layer_bytes;
+    out.chunks.reserve(in.chunks.size());
+    for (auto& c : in.chunks) {
+      chunk_run r;
+      r.lane = g;
+      if (cfg.real_bytes && bt > 0) {
+        r.pe_block.assign(c.pe_side_tokens / bt, nullptr);
+        for (auto& l : c.pe_leases)
+          if (l.block_index < r.pe_block.size())
+            r.pe_block[l.block_index] = lease_payload(l, payload);
+      }
+      r.plan = std::move(c);
+      out.chunks.push_back(std::move(r));
+    }
+  }
+  for (auto& lane : s->lanes)
+    for (auto& c : lane.chunks)
+      s->by_request.emplace(c.plan.request_id, &c);
+  s->began = emulated_now(self, cfg.time);
+  st.step = std::move(s);
+  for (size_t g = lanes; g < plan.lanes.size(); ++g)
+    for (auto& c : plan.lanes[g].chunks)
+      self->send(st.engine, fail_atom_v, plan.id, c.request_id,
+                 caf::make_error(caf::sec::invalid_argument,
+                                 "prefill step lane " + std::to_string(g)
+                                     + " has no GPU on " + cfg.node->name));
   advance_loads(self);
 }
 
@@ -417,7 +586,7 @@ void on_posted(self_ptr self, uint64_t step, uint32_t l, bool load,
   if (err)
     for (auto& lane : s.lanes)
       for (auto& c : lane.chunks)
-        fail_job(self, c.job, err);
+        fail_request(self, c.plan.request_id, err);
   if (!current(self, step))
     return;
   auto& lay = self->state.step->layers[l];
@@ -430,10 +599,17 @@ void on_posted(self_ptr self, uint64_t step, uint32_t l, bool load,
   }
 }
 
-void lost_decode_engine(self_ptr self, const caf::actor_addr& de) {
+// A decode engine was lost: its requests are skipped (the engine failed
+// them already) and pushes awaited from it are settled, so the step goes
+// on.
+void on_lost(self_ptr self, const caf::actor_addr& de) {
   auto& st = self->state;
   if (!st.step)
     return;
+  for (auto& lane : st.step->lanes)
+    for (auto& c : lane.chunks)
+      if (c.plan.decode_actor && c.plan.decode_actor.address() == de)
+        c.failed = true;
   auto step = st.step->id;
   for (uint32_t l = 0; l < st.step->layers.size(); ++l) {
     if (!current(self, step))
@@ -450,11 +626,6 @@ void lost_decode_engine(self_ptr self, const caf::actor_addr& de) {
   }
 }
 
-void on_loaded(self_ptr self, uint64_t step) {
-  if (current(self, step))
-    release_loaded(self, *self->state.step);
-}
-
 void on_computed(self_ptr self, uint64_t step, uint32_t l) {
   if (!current(self, step))
     return;
@@ -468,18 +639,18 @@ void on_computed(self_ptr self, uint64_t step, uint32_t l) {
     // layer's KV into GPU memory.
     for (uint32_t g = 0; g < s.lanes.size(); ++g) {
       auto& lane = s.lanes[g];
-      auto& staging = st.lanes[g].staging;
+      auto& staging = st.lanes[g];
       std::vector<gpu::copy_chunk> chunks;
       for (auto& c : lane.chunks) {
-        auto* j = job_of(self, c.job);
-        if (j == nullptr)
+        if (c.failed)
           continue;
-        auto off = staging_at(s, lane, c, l, c.first, unit);
-        fill_tokens(j->hashes, cfg.model.block_tokens, l, c.first,
-                    c.first + c.tokens, unit, staging.memory.get() + off);
+        auto& p = c.plan;
+        auto off = staging_at(s, lane, c, l, p.first, unit);
+        fill_tokens(p.hashes, cfg.model.block_tokens, l, p.first,
+                    p.first + p.tokens, unit, staging.memory.get() + off);
         chunks.push_back(gpu::copy_chunk{staging_at(s, lane, c, l, 0, unit),
-                                         c.offset,
-                                         uint64_t{c.first + c.tokens} * unit});
+                                         p.offset,
+                                         uint64_t{p.first + p.tokens} * unit});
       }
       if (!chunks.empty() && g < lay.gpu.size() && lay.gpu[g].valid()) {
         auto& dev = *cfg.devices[g];
@@ -489,7 +660,7 @@ void on_computed(self_ptr self, uint64_t step, uint32_t l) {
           err = dev.synchronize(staging.stream);
         if (err)
           for (auto& c : lane.chunks)
-            fail_job(self, c.job, err);
+            fail_request(self, c.plan.request_id, err);
         if (!current(self, step))
           return;
       }
@@ -520,32 +691,30 @@ void on_sent(self_ptr self, uint64_t step, uint32_t l) {
   auto& cfg = st.cfg;
   auto& s = *st.step;
   auto& lay = s.layers[l];
-  const auto bt = cfg.model.block_tokens;
   // Tell each decode node what of layer l is in its buffer now.
   std::map<caf::actor, layer_batch> notes;
   auto done_ns = since_start(cfg.time, lay.send_done);
   for (auto& lane : s.lanes)
     for (auto& c : lane.chunks) {
-      auto* j = job_of(self, c.job);
-      if (j == nullptr)
+      if (c.failed)
         continue;
-      auto& note = notes[j->a.decode_actor];
+      auto& p = c.plan;
+      auto& note = notes[p.decode_actor];
       note.layer = l;
       note.done_ns = done_ns;
       auto add = [&](uint32_t first, uint32_t last) {
         if (first >= last)
           return;
         layer_chunk x;
-        x.request_id = j->id;
+        x.request_id = p.request_id;
         x.first_token = first;
         x.tokens = last - first;
         x.bytes = moves_bytes(cfg) ? uint64_t{x.tokens} * bpt(cfg) : 0;
         note.chunks.push_back(x);
       };
-      if (c.send_hits)
-        add(0, j->pe_side_tokens);
-      add(c.first, c.first + c.tokens);
-      (void)bt;
+      if (p.send_hits)
+        add(0, p.pe_side_tokens);
+      add(p.first, p.first + p.tokens);
     }
   for (auto& [de, note] : notes)
     if (!moves_bytes(cfg) || !note.chunks.empty()) {
@@ -559,11 +728,95 @@ void on_sent(self_ptr self, uint64_t step, uint32_t l) {
   while (s.first_live < s.layers.size() && s.layers[s.first_live].sent)
     ++s.first_live;
   if (s.first_live == s.layers.size()) {
-    auto finished = std::move(st.step);
-    step_finished(self, *finished);
+    st.step.reset();
+    hand_off(self, st.engine, done_atom_v, step);
     return;
   }
   advance_loads(self);
 }
 
-} // namespace dualpath::actors::prefill
+caf::error make_staging(const engine_config& cfg, uint32_t g, staging& s) {
+  s.size = real_bytes(cfg.hbm_kv_bytes, cfg.byte_scale);
+  if (s.size == 0 || !copies_bytes(cfg))
+    return {};
+  // Page-aligned, not value-initialised: pages are touched only when KV
+  // lands there.
+  s.memory = gpu::allocate_host_memory(s.size);
+  if (!s.memory)
+    return caf::make_error(gpu::gpu_errc::out_of_memory,
+                           "prefill staging of " + std::to_string(s.size)
+                               + " B for GPU " + std::to_string(g)
+                               + ": no host memory");
+  if (auto& dev = cfg.devices[g]) {
+    auto pinned = dev->pin(s.memory.get(), s.size);
+    if (!pinned)
+      return std::move(pinned.error());
+    s.pinned = std::move(*pinned);
+    auto stream = dev->make_stream();
+    if (!stream)
+      return std::move(stream.error());
+    s.stream = std::move(*stream);
+  }
+  if (cfg.node && cfg.node->bulk) {
+    auto reg = cfg.node->bulk->register_region(s.memory.get(), s.size);
+    if (!reg)
+      return std::move(reg.error());
+    s.registration = std::move(*reg);
+  }
+  return {};
+}
+
+impl_actor::behavior_type layer_streamer(self_ptr self, engine_config cfg,
+                                         layer_streamer_reports engine) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.engine = std::move(engine);
+  if (st.cfg.devices.size() < st.cfg.gpus || !st.cfg.node || !st.engine) {
+    self->quit(caf::make_error(caf::sec::invalid_argument,
+                               "layer streamer needs its node, its prefill "
+                               "engine and one device per GPU"));
+    return impl_actor::behavior_type::make_empty_behavior();
+  }
+  st.lanes.resize(st.cfg.gpus);
+  for (uint32_t g = 0; g < st.cfg.gpus; ++g)
+    if (auto err = make_staging(st.cfg, g, st.lanes[g])) {
+      self->quit(std::move(err));
+      return impl_actor::behavior_type::make_empty_behavior();
+    }
+  // Its engine went down: the running step has no one to report to; the
+  // decode nodes and the scheduler see the engine's loss themselves.
+  self->monitor(st.engine);
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    if (dm.source != self->state.engine.address())
+      return;
+    self->state.step.reset();
+    self->quit(dm.reason);
+  });
+  return {
+      [self](run_step_atom, prefill_step& plan) { on_step(self, plan); },
+      [self](lost_atom, const caf::actor_addr& de) { on_lost(self, de); },
+      [self](computed_atom, uint64_t step, uint32_t l) {
+        on_computed(self, step, l);
+      },
+      [self](sent_atom, uint64_t step, uint32_t l) { on_sent(self, step, l); },
+      [self](posted_atom, uint64_t step, uint32_t l, bool load,
+             caf::error& err) {
+        on_posted(self, step, l, load, std::move(err));
+      },
+  };
+}
+
+} // namespace
+
+} // namespace dualpath::actors::streamer
+
+namespace dualpath::actors {
+
+layer_streamer_actor spawn_layer_streamer(caf::actor_system& sys,
+                                          engine_config cfg,
+                                          layer_streamer_reports engine) {
+  return caf::actor_cast<layer_streamer_actor>(
+      sys.spawn(streamer::layer_streamer, std::move(cfg), std::move(engine)));
+}
+
+} // namespace dualpath::actors

@@ -1,0 +1,41 @@
+// The layer streamer of a prefill node (interface and contracts:
+// actors/protocol/layer_streamer_actor.hpp): runs the steps its prefill
+// engine packed (actors/engines/prefill/packing.hpp), the node's GPUs
+// together, at most `window` layers resident at once (Basic: every layer,
+// with loads, compute and sends in series). Per layer l:
+//   load     every chunk's PE-side hits of layer l into its GPU (H2D through
+//            the GPU's compute NIC, or loopback bulk writes with
+//            h2d_via_transport), and one push per decode node for the
+//            decode-side tokens (its hits and earlier chunks' KV);
+//   compute  once layer l - 1 is computed and layer l's loads are in (Basic:
+//            every layer's), for the step's layer time on every GPU (the
+//            slowest GPU's, engine_timing.hpp prefill_step_layer): the new
+//            tokens' KV is the deterministic content (kv_layout.hpp);
+//   send     every chunk's new tokens, and its PE-side hits with its first
+//            chunk, into its decode node's buffer slots (one bulk batch per
+//            decode node, kv class, cnic_tx); when the writes are done and
+//            the emulated time has passed, one `layer` message per decode
+//            node and layer l's GPU memory is freed for layer l + window.
+// Real bytes are copied at once (byte-scaled); the streamer waits the
+// emulated time of every step with delayed messages. A push or send that
+// fails, or a decode node that is lost, fails the requests involved (the
+// engine is told, `fail`); the rest of the step goes on.
+//
+// Thread safety: an actor. Ownership: see layer_streamer_actor.hpp.
+#pragma once
+
+#include <caf/actor_system.hpp>
+
+#include "actors/engines/engine_context.hpp"
+#include "actors/protocol/layer_streamer_actor.hpp"
+
+namespace dualpath::actors {
+
+/// Spawns the layer streamer of `cfg.node` working for `engine` (which it
+/// monitors: it stops when the engine does). It exits at once with the
+/// error if its GPUs' staging memory cannot be set up.
+layer_streamer_actor spawn_layer_streamer(caf::actor_system& sys,
+                                          engine_config cfg,
+                                          layer_streamer_reports engine);
+
+} // namespace dualpath::actors

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <memory>
+#include <mutex>
 
 #include "transport/bulk/region_table.hpp"
 
@@ -47,6 +49,49 @@ caf::expected<ibv_mr*> reg_dmabuf_mr(ibv_pd* pd, void* ptr, uint64_t len,
 caf::error lost(const std::string& why) {
   return caf::make_error(transport_errc::peer_lost, why);
 }
+
+uint32_t wrs_of(const write_request& w) {
+  return static_cast<uint32_t>(std::max<uint64_t>(
+      1, (w.destination.length + max_wr_bytes - 1) / max_wr_bytes));
+}
+
+/// The parts of a batch too large for the send window, in order, each of at
+/// most `window` work requests; the immediate goes with the last part.
+caf::expected<std::vector<batch>> split_batch(batch& b, uint32_t window) {
+  std::vector<batch> parts;
+  uint32_t in_part = 0;
+  for (auto& w : b.writes) {
+    auto n = wrs_of(w);
+    if (n > window)
+      return caf::make_error(transport_errc::queue_full,
+                             "one write of " + std::to_string(n)
+                                 + " work requests exceeds "
+                                   "transport.max_outstanding");
+    if (parts.empty() || in_part + n > window) {
+      parts.emplace_back();
+      parts.back().tclass = b.tclass;
+      parts.back().tag = b.tag;
+      parts.back().deadline = b.deadline;
+      in_part = 0;
+    }
+    parts.back().writes.push_back(std::move(w));
+    in_part += n;
+  }
+  parts.back().immediate = b.immediate;
+  return parts;
+}
+
+/// One completion for a split batch, after its last part: the bytes of every
+/// part and the first error; delivered from whichever thread completes last.
+struct split_completion {
+  std::mutex mtx;
+  size_t left = 0;
+  uint64_t tag = 0;
+  uint32_t writes = 0;
+  uint64_t bytes = 0;
+  caf::error error;
+  completion_sink sink;
+};
 
 } // namespace
 
@@ -253,15 +298,43 @@ void verbs_backend::post(batch b, completion_sink sink) {
   uint32_t wrs = 0;
   uint64_t bytes = 0;
   for (auto& w : b.writes) {
-    wrs += static_cast<uint32_t>(std::max<uint64_t>(
-        1, (w.destination.length + max_wr_bytes - 1) / max_wr_bytes));
+    wrs += wrs_of(w);
     bytes += w.destination.length;
   }
-  if (wrs > opts_.verbs_max_outstanding)
-    return now_fail(caf::make_error(transport_errc::queue_full,
-                                    "batch of " + std::to_string(wrs)
-                                        + " work requests exceeds "
-                                          "transport.max_outstanding"));
+  if (wrs > opts_.verbs_max_outstanding) {
+    // Larger than the send window: posted as consecutive parts that fit it,
+    // queued in order on the same class (one queue pair, written in order),
+    // with one completion for the whole after the last part.
+    const auto writes = static_cast<uint32_t>(b.writes.size());
+    const auto tag = b.tag;
+    auto parts = split_batch(b, opts_.verbs_max_outstanding);
+    if (!parts)
+      return now_fail(std::move(parts.error()));
+    auto sum = std::make_shared<split_completion>();
+    sum->left = parts->size();
+    sum->tag = tag;
+    sum->writes = writes;
+    sum->sink = std::move(sink);
+    for (auto& part : *parts)
+      post(std::move(part), [sum](completion c) {
+        completion whole;
+        {
+          std::lock_guard<std::mutex> guard{sum->mtx};
+          sum->bytes += c.bytes;
+          if (c.error && !sum->error)
+            sum->error = std::move(c.error);
+          if (--sum->left > 0)
+            return;
+          whole.tag = sum->tag;
+          whole.bytes = sum->bytes;
+          whole.failed_ops = sum->error ? sum->writes : 0;
+          whole.error = std::move(sum->error);
+        }
+        if (sum->sink)
+          sum->sink(std::move(whole));
+      });
+    return;
+  }
   done_list done;
   std::unique_lock<std::mutex> guard{mtx_};
   const auto& peer = b.writes.front().destination.node;

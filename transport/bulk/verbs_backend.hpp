@@ -24,11 +24,14 @@
 // it carries an immediate) posted with one ibv_post_send, only its last work
 // request signalled; at most transport.max_outstanding work requests are
 // outstanding per queue pair and later batches wait in a FIFO (at most
-// max_pending_batches per peer, then queue_full). Every batch has its own
-// deadline: a batch not yet posted fails then; a posted one completes with
-// deadline_exceeded then, its source stays in use until the device is done
-// with it, and if it is still outstanding io_timeout later its connection
-// (only that one) is moved to ERR.
+// max_pending_batches per peer, then queue_full). A batch of more work
+// requests than that is posted as consecutive parts that fit (in order on
+// its class's queue pair, the immediate with the last part) and completes
+// once, after its last part, with the first part's error if any failed. Every
+// batch has its own deadline: a batch not yet posted fails then; a posted one
+// completes with deadline_exceeded then, its source stays in use until the
+// device is done with it, and if it is still outstanding io_timeout later its
+// connection (only that one) is moved to ERR.
 //
 // Completions, receives, deadlines and asynchronous device events (port down,
 // fatal queue pair errors -> peer lost for every pending batch) are handled

@@ -391,6 +391,50 @@ TEST_CASE("writes with immediates land byte-exact from 4 KiB to 16 MiB") {
   CHECK(s.be->stats().connects == 1);
 }
 
+TEST_CASE("a batch larger than the send window is written in parts, "
+          "completing once") {
+  // 300 writes against transport.max_outstanding = 64: five parts in order,
+  // one completion with every byte, the immediate after the last byte.
+  const uint64_t size = 4u << 20;
+  peer_process peer{size};
+  sender s{size};
+  REQUIRE(!s.be->connect("peer", peer.details));
+  const uint64_t n = 300, len = 4096;
+  s.fill(0, n * len, 7);
+  batch b;
+  for (uint64_t k = 0; k < n; ++k)
+    b.writes.push_back({&s.reg, k * len, *peer.region.subrange(k * len, len)});
+  b.immediate = 77;
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::vector<completion> got;
+  s.be->post(std::move(b), [&](completion c) {
+    std::lock_guard<std::mutex> guard{mtx};
+    got.push_back(std::move(c));
+    cv.notify_all();
+  });
+  {
+    std::unique_lock<std::mutex> guard{mtx};
+    REQUIRE(cv.wait_for(guard, 30s, [&] { return !got.empty(); }));
+  }
+  std::this_thread::sleep_for(200ms); // a second completion would come now
+  std::lock_guard<std::mutex> guard{mtx};
+  REQUIRE(got.size() == 1);
+  REQUIRE_MESSAGE(!got[0].error, dualpath::config::message_of(got[0].error));
+  CHECK(got[0].bytes == n * len);
+  CHECK(got[0].failed_ops == 0);
+  CHECK(peer.check(0, n * len, 7));
+  std::pair<uint64_t, uint32_t> imm;
+  for (int i = 0; i < 200; ++i) {
+    imm = peer.immediates();
+    if (imm.first >= 1)
+      break;
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(imm.first == 1); // one immediate for the whole batch
+  CHECK(imm.second == 77);
+}
+
 TEST_CASE("bad destinations are refused locally; the peer stays usable") {
   peer_process peer{1 << 20};
   sender s{1 << 20};

@@ -38,7 +38,8 @@ mode_report summarize(const std::string& mode, const replay_outcome& outcome,
   for (auto& rec : outcome.records) {
     ++r.requests;
     if (rec.failed) {
-      ++r.failed_requests;
+      if (r.failed_requests++ == 0)
+        r.first_error = rec.error;
       continue;
     }
     auto& x = rec.result;
@@ -102,6 +103,8 @@ nlohmann::json to_json(const mode_report& r) {
   return nlohmann::json{
       {"requests", r.requests},
       {"failed_requests", r.failed_requests},
+      {"first_error", r.first_error.empty() ? nlohmann::json(nullptr)
+                                            : nlohmann::json(r.first_error)},
       {"jct_s", r.jct_s},
       {"agents_done_p50_s", r.agents_done_p50_s},
       {"agents_done_p90_s", r.agents_done_p90_s},

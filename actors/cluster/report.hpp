@@ -56,6 +56,9 @@ struct mode_report {
   std::string mode;
   uint64_t requests = 0;
   uint64_t failed_requests = 0;
+  /// The first failed request's error (empty when none failed): what a user
+  /// reads first when requests fail.
+  std::string first_error;
   double jct_s = 0;
   /// When half / 90% of the agents had finished (JCT: all of them). With
   /// few replayed turns JCT is the longest agent's chain; these are not.

@@ -103,7 +103,8 @@ TEST_CASE("over verbs: every block verified, kill -9 of a decode node loses "
   t0 = std::chrono::steady_clock::now();
   auto got = parse_report(run.out())["modes"]["dualpath"];
   CHECK(got["requests"].get<int>() == 24);
-  CHECK(got["failed_requests"] == 0);
+  CHECK_MESSAGE(got["failed_requests"] == 0,
+                (got["first_error"].dump() + "\n" + run.err() + d.logs()));
   CHECK(got["verify_failures"] == 0);
   CHECK(got["blocks_verified"].get<uint64_t>() > 0);
   CHECK(got["bytes_read_de_side"].get<uint64_t>() > 0);
@@ -120,7 +121,8 @@ TEST_CASE("over verbs: every block verified, kill -9 of a decode node loses "
   REQUIRE_MESSAGE(again.status == 0, (again.err + d.logs()));
   auto next = parse_report(again.out)["modes"]["dualpath"];
   CHECK(next["requests"].get<int>() == 4);
-  CHECK(next["failed_requests"] == 0);
+  CHECK_MESSAGE(next["failed_requests"] == 0,
+                (next["first_error"].dump() + "\n" + again.err + d.logs()));
   CHECK(next["verify_failures"] == 0);
   // pe0 saw de1 go and come back (a new peer to it), and reached every
   // peer's bulk endpoint, the new de1's included.

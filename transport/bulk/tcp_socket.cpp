@@ -18,14 +18,6 @@ caf::error sys_error(const char* call, int err) {
                              + " (errno " + std::to_string(err) + ")");
 }
 
-void unique_fd::reset(int fd) {
-  // close() is not retried on EINTR (Linux releases the descriptor anyway)
-  // and its failure leaves nothing to undo.
-  if (fd_ >= 0)
-    ::close(fd_);
-  fd_ = fd;
-}
-
 caf::expected<unique_fd> sys_fd(const char* call, int fd) {
   if (fd < 0)
     return sys_error(call);

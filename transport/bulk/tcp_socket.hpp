@@ -19,6 +19,7 @@
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 
+#include "transport/bulk/unique_fd.hpp"
 #include "transport/errors.hpp"
 
 namespace dualpath::transport::bulk {
@@ -34,42 +35,6 @@ caf::error sys_check(const char* call, Int rc) {
     return sys_error(call);
   return caf::none;
 }
-
-/// RAII file descriptor (move-only).
-class unique_fd {
-public:
-  unique_fd() = default;
-  explicit unique_fd(int fd) : fd_(fd) {
-    // nop
-  }
-  unique_fd(unique_fd&& other) noexcept : fd_(other.release()) {
-    // nop
-  }
-  unique_fd& operator=(unique_fd&& other) noexcept {
-    reset(other.release());
-    return *this;
-  }
-  unique_fd(const unique_fd&) = delete;
-  unique_fd& operator=(const unique_fd&) = delete;
-  ~unique_fd() {
-    reset();
-  }
-  int get() const {
-    return fd_;
-  }
-  int release() {
-    auto fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1);
-  explicit operator bool() const {
-    return fd_ >= 0;
-  }
-
-private:
-  int fd_ = -1;
-};
 
 /// Wraps the result of a call that returns a new descriptor.
 caf::expected<unique_fd> sys_fd(const char* call, int fd);

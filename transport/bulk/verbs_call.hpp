@@ -17,6 +17,7 @@
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 
+#include "transport/bulk/unique_fd.hpp"
 #include "transport/errors.hpp"
 
 namespace dualpath::transport::bulk::verbs {
@@ -102,45 +103,7 @@ using cq_ptr = std::unique_ptr<ibv_cq, cq_deleter>;
 using mr_ptr = std::unique_ptr<ibv_mr, mr_deleter>;
 using qp_ptr = std::unique_ptr<ibv_qp, qp_deleter>;
 
-/// A file descriptor closed on destruction (move-only).
-class unique_fd {
-public:
-  unique_fd() = default;
-  explicit unique_fd(int fd) : fd_(fd) {
-    // nop
-  }
-  unique_fd(unique_fd&& other) noexcept : fd_(other.release()) {
-    // nop
-  }
-  unique_fd& operator=(unique_fd&& other) noexcept {
-    if (this != &other)
-      reset(other.release());
-    return *this;
-  }
-  unique_fd(const unique_fd&) = delete;
-  unique_fd& operator=(const unique_fd&) = delete;
-  ~unique_fd() {
-    reset();
-  }
-  int get() const {
-    return fd_;
-  }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1) {
-    if (fd_ >= 0)
-      ::close(fd_);
-    fd_ = fd;
-  }
-  explicit operator bool() const {
-    return fd_ >= 0;
-  }
-
-private:
-  int fd_ = -1;
-};
+/// The bulk transport's descriptor owner (unique_fd.hpp).
+using bulk::unique_fd;
 
 } // namespace dualpath::transport::bulk::verbs

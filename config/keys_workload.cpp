@@ -4,24 +4,21 @@
 namespace dualpath::config::keys {
 
 void add_workload(std::vector<key_spec>& out) {
-  out.push_back(profile_key("workload", "trace-64k"));
-  out.push_back(int_key("workload.turns", 157, "turns",
-                        "Mean turns per trajectory.", range::at_least(1)));
-  out.push_back(int_key("workload.append_tokens", 429, "tokens",
-                        "Mean tokens appended to the prompt per turn.",
-                        range::at_least(1)));
-  out.push_back(int_key("workload.gen_tokens", 176, "tokens",
-                        "Mean tokens generated per turn.", range::at_least(1)));
-  out.push_back(int_key("workload.context_tokens", 32721, "tokens",
-                        "Mean context length per turn.", range::at_least(1)));
-  out.push_back(int_key("workload.max_len", 65536, "tokens",
-                        "Maximum trajectory length (MaxLen).",
-                        range::at_least(1)));
-  out.push_back(int_key("workload.agents", 16, "agents",
-                        "Concurrent agents (trajectories) to run.",
-                        range::at_least(1)));
-  out.push_back(int_key("workload.seed", 1, "", "Seed of the trace generator.",
-                        range::at_least(0)));
+  section_keys s{out, "workload"};
+  s.profile("trace-64k");
+  s.integer("turns", 157, "turns", range::at_least(1),
+            "Mean turns per trajectory.");
+  s.integer("append_tokens", 429, "tokens", range::at_least(1),
+            "Mean tokens appended to the prompt per turn.");
+  s.integer("gen_tokens", 176, "tokens", range::at_least(1),
+            "Mean tokens generated per turn.");
+  s.integer("context_tokens", 32721, "tokens", range::at_least(1),
+            "Mean context length per turn.");
+  s.integer("max_len", 65536, "tokens", range::at_least(1),
+            "Maximum trajectory length (MaxLen).");
+  s.integer("agents", 16, "agents", range::at_least(1),
+            "Concurrent agents (trajectories) to run.");
+  s.integer("seed", 1, "", range::at_least(0), "Seed of the trace generator.");
 }
 
 } // namespace dualpath::config::keys

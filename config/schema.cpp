@@ -170,64 +170,58 @@ std::string suggest(std::string_view word,
                                                                 : std::string{};
 }
 
-key_spec bool_key(std::string name, bool def, std::string meaning) {
-  return key_spec{std::move(name),
-                  value_type::boolean,
-                  def,
-                  "",
-                  std::move(meaning),
-                  range{},
-                  {},
-                  false};
-}
-
-key_spec int_key(std::string name, int64_t def, std::string unit,
-                 std::string meaning, range limits) {
-  return key_spec{std::move(name),
-                  value_type::integer,
-                  def,
-                  std::move(unit),
-                  std::move(meaning),
-                  limits,
-                  {},
-                  false};
-}
-
-key_spec real_key(std::string name, double def, std::string unit,
-                  std::string meaning, range limits) {
-  return key_spec{std::move(name),    value_type::real, def, std::move(unit),
-                  std::move(meaning), limits,           {},  false};
-}
-
-key_spec string_key(std::string name, std::string def, std::string meaning) {
-  return key_spec{std::move(name),
-                  value_type::string,
-                  std::move(def),
-                  "",
-                  std::move(meaning),
-                  range{},
-                  {},
-                  false};
-}
-
-key_spec choice_key(std::string name, std::string def,
-                    std::vector<std::string> choices, std::string meaning) {
-  return key_spec{std::move(name),    value_type::string,
-                  std::move(def),     "",
-                  std::move(meaning), range{},
-                  std::move(choices), false};
-}
-
 namespace keys {
 
-key_spec profile_key(const std::string& section, std::string def) {
-  auto spec =
-      choice_key(section + ".profile", std::move(def), profile_names(section),
-                 "Named " + section
-                     + " profile: sets the other keys of this section; "
-                       "any key set explicitly overrides it.");
-  spec.selects_profile = true;
-  return spec;
+section_keys::section_keys(std::vector<key_spec>& out, std::string section)
+    : out_(out), section_(std::move(section)) {
+}
+
+void section_keys::add(const std::string& name, value_type type, value def,
+                       std::string unit, range limits,
+                       std::vector<std::string> choices, std::string meaning) {
+  out_.push_back(key_spec{section_ + "." + name, type, std::move(def),
+                          std::move(unit), std::move(meaning), limits,
+                          std::move(choices), false});
+}
+
+void section_keys::profile(std::string def) {
+  add("profile", value_type::string, std::move(def), "", range{},
+      profile_names(section_),
+      "Named " + section_
+          + " profile: sets the other keys of this section; any key set "
+            "explicitly overrides it.");
+  out_.back().selects_profile = true;
+}
+
+void section_keys::boolean(const std::string& name, bool def,
+                           std::string meaning) {
+  add(name, value_type::boolean, def, "", range{}, {}, std::move(meaning));
+}
+
+void section_keys::integer(const std::string& name, int64_t def,
+                           std::string unit, range limits,
+                           std::string meaning) {
+  add(name, value_type::integer, def, std::move(unit), limits, {},
+      std::move(meaning));
+}
+
+void section_keys::real(const std::string& name, double def, std::string unit,
+                        range limits, std::string meaning) {
+  add(name, value_type::real, def, std::move(unit), limits, {},
+      std::move(meaning));
+}
+
+void section_keys::string(const std::string& name, std::string def,
+                          std::string meaning) {
+  add(name, value_type::string, std::move(def), "", range{}, {},
+      std::move(meaning));
+}
+
+void section_keys::choice(const std::string& name, std::string def,
+                          std::vector<std::string> choices,
+                          std::string meaning) {
+  add(name, value_type::string, std::move(def), "", range{}, std::move(choices),
+      std::move(meaning));
 }
 
 } // namespace keys

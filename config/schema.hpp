@@ -85,15 +85,4 @@ std::string suggest(std::string_view word,
 /// Levenshtein distance between `x` and `y`.
 size_t edit_distance(std::string_view x, std::string_view y);
 
-// -- builders for the key tables ----------------------------------------------
-
-key_spec bool_key(std::string name, bool def, std::string meaning);
-key_spec int_key(std::string name, int64_t def, std::string unit,
-                 std::string meaning, range limits);
-key_spec real_key(std::string name, double def, std::string unit,
-                  std::string meaning, range limits);
-key_spec string_key(std::string name, std::string def, std::string meaning);
-key_spec choice_key(std::string name, std::string def,
-                    std::vector<std::string> choices, std::string meaning);
-
 } // namespace dualpath::config

@@ -6,14 +6,9 @@
 # SIM_AGENTS agents (default 2048: 1,024 per prefill node, as in the paper) replay SIM_TURNS turns each (default 0: whole trajectories).
 # Last line: RESULT sim-append speedup_1x=A speedup_2x=B speedup_3x=C
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$root/build-bench}
+source "$(dirname "${BASH_SOURCE[0]}")/sim.bash" sim-append
 agents=${SIM_AGENTS:-2048}
 turns=${SIM_TURNS:-0}
-cmake --build "$BUILD_DIR" --target dualpath >&2
-bin=$BUILD_DIR/bin/dualpath
-out=$(mktemp -d "${TMPDIR:-/tmp}/sim-append-XXXXXX")
-trap 'rm -rf "$out"' EXIT
 result="RESULT sim-append"
 printf '%-4s %12s %12s %12s %14s %16s\n' x basic_jct_s dual_jct_s oracle_jct_s basic/dualpath basic/oracle >&2
 for x in 1 2 3; do

@@ -10,15 +10,10 @@
 # Last line: RESULT sim-balance max_over_avg_rr=X max_over_avg_scheduler=Y
 # (means over the seeds; each seed's values and the spread are printed above).
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$root/build-bench}
+source "$(dirname "${BASH_SOURCE[0]}")/sim.bash" sim-balance
 agents=${SIM_AGENTS:-2048}
 turns=${SIM_TURNS:-0}
 seeds=${SIM_SEEDS:-1 2 3}
-cmake --build "$BUILD_DIR" --target dualpath >&2
-bin=$BUILD_DIR/bin/dualpath
-out=$(mktemp -d "${TMPDIR:-/tmp}/sim-balance-XXXXXX")
-trap 'rm -rf "$out"' EXIT
 for seed in $seeds; do
   "$bin" sim --quiet --mode dualpath-rr,dualpath --agents "$agents" \
     --turns "$turns" --set "workload.seed=$seed" --json "$out/b$seed.json" >&2

@@ -7,14 +7,9 @@
 # trajectories, every turn from the first).
 # Last line: RESULT sim-pd-sweep speedup_1p1d=X speedup_2p1d=Y speedup_1p2d=Z
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$root/build-bench}
+source "$(dirname "${BASH_SOURCE[0]}")/sim.bash" sim-pd-sweep
 agents=${SIM_AGENTS:-1024}
 turns=${SIM_TURNS:-0}
-cmake --build "$BUILD_DIR" --target dualpath >&2
-bin=$BUILD_DIR/bin/dualpath
-out=$(mktemp -d "${TMPDIR:-/tmp}/sim-pd-XXXXXX")
-trap 'rm -rf "$out"' EXIT
 result="RESULT sim-pd-sweep"
 printf '%-6s %12s %12s %8s %10s\n' P/D basic_jct_s dual_jct_s speedup snic_pe_de >&2
 for pd in "1 1" "2 1" "1 2"; do

@@ -12,14 +12,9 @@
 # (utilisation = nominal bytes / (rate x JCT), max over the links of a class).
 # Last line: RESULT sim-plan busiest_<pd>=<link class> ...
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$root/build-bench}
+source "$(dirname "${BASH_SOURCE[0]}")/sim.bash" sim-plan
 per_pe=${SIM_AGENTS_PER_PE:-1024}
 turns=${SIM_TURNS:-0}
-cmake --build "$BUILD_DIR" --target dualpath >&2
-bin=$BUILD_DIR/bin/dualpath
-out=$(mktemp -d "${TMPDIR:-/tmp}/sim-plan-XXXXXX")
-trap 'rm -rf "$out"' EXIT
 result="RESULT sim-plan"
 for pd in "2 16" "2 4" "2 2" "4 2"; do
   set -- $pd

@@ -14,14 +14,9 @@
 #
 # Last line: RESULT sim-scale jct_ratio_48p96d_over_2p4d=X scheduler_cores=Y
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD_DIR=${BUILD_DIR:-$root/build-bench}
+source "$(dirname "${BASH_SOURCE[0]}")/sim.bash" sim-scale
 per_pe=${SIM_AGENTS_PER_PE:-256}
 turns=${SIM_TURNS:-2}
-cmake --build "$BUILD_DIR" --target dualpath >&2
-bin=$BUILD_DIR/bin/dualpath
-out=$(mktemp -d "${TMPDIR:-/tmp}/sim-scale-XXXXXX")
-trap 'rm -rf "$out"' EXIT
 
 sim() { # name P D
   local name=$1 p=$2 d=$3

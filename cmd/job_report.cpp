@@ -301,6 +301,27 @@ bool is_bad_input(const caf::error& err) {
          || err.category() == caf::atom("dp_config");
 }
 
+int fail_job(const invocation& inv, const std::string& command,
+             const caf::error& err) {
+  return inv.fail(command, error_text(err),
+                  is_bad_input(err) ? exit_usage : exit_failure);
+}
+
+caf::expected<sweep_results> run_sweep(const config::settings& cfg,
+                                       const actors::cluster::job_options& opts,
+                                       const std::vector<double>& rates) {
+  sweep_results sweep;
+  for (auto aps : rates) {
+    auto o = opts;
+    o.aps = aps;
+    auto r = actors::cluster::run_job(cfg, o);
+    if (!r)
+      return std::move(r.error());
+    sweep.emplace_back(aps, std::move(*r));
+  }
+  return sweep;
+}
+
 nlohmann::json capacity(const sweep_results& sweep) {
   nlohmann::json out = nlohmann::json::object();
   for (auto& [aps, r] : sweep)

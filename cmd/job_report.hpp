@@ -106,6 +106,17 @@ std::string error_text(const caf::error& err);
 /// an invalid argument) rather than a failed run (exit 1).
 bool is_bad_input(const caf::error& err);
 
+/// Prints the job's error for `command` (`inv.fail`) and returns its exit
+/// status: exit_usage for bad input, else exit_failure.
+int fail_job(const invocation& inv, const std::string& command,
+             const caf::error& err);
+
+/// The --aps-sweep after the main job: the job of `opts` again at each rate
+/// of `rates` (as opts.aps), in order; the first failure ends the sweep.
+caf::expected<sweep_results> run_sweep(const config::settings& cfg,
+                                       const actors::cluster::job_options& opts,
+                                       const std::vector<double>& rates);
+
 /// The highest swept rate at which >= 90% of each mode's requests meet the
 /// SLO (0 when none).
 nlohmann::json capacity(const sweep_results& sweep);

@@ -69,23 +69,14 @@ public:
     } else {
       res = run_job(cfg, opts);
     }
-    if (!res) {
-      auto& err = res.error();
-      // Bad configuration or a bad trace file is bad input (2); anything
-      // else is a failed run (1).
-      auto bad_input = is_bad_input(err);
-      auto status = bad_input ? exit_usage : exit_failure;
-      return inv.fail(name(), error_text(err), status);
-    }
-    sweep_results sweep;
-    for (auto aps : rates) {
-      auto o = opts;
-      o.aps = aps;
-      auto r = run_job(cfg, o);
-      if (!r)
-        return inv.fail(name(), error_text(r.error()), exit_failure);
-      sweep.emplace_back(aps, std::move(*r));
-    }
+    // Bad configuration or a bad trace file is bad input (2); anything else
+    // is a failed run (1).
+    if (!res)
+      return fail_job(inv, name(), res.error());
+    auto swept = run_sweep(cfg, opts, rates);
+    if (!swept)
+      return inv.fail(name(), error_text(swept.error()), exit_failure);
+    auto& sweep = *swept;
     if (inv.json()) {
       auto doc = job_json(*res, sweep);
       doc["gpu"] = {{"backend", gpu::to_string(res->gpus.kind)},

@@ -83,21 +83,12 @@ public:
     auto& opts = plan->opts;
     fixed_mmap_threshold();
     auto res = run_job(cfg, opts);
-    if (!res) {
-      auto& err = res.error();
-      auto bad_input = is_bad_input(err);
-      return inv.fail(name(), error_text(err),
-                      bad_input ? exit_usage : exit_failure);
-    }
-    sweep_results sweep;
-    for (auto aps : plan->rates) {
-      auto o = opts;
-      o.aps = aps;
-      auto r = run_job(cfg, o);
-      if (!r)
-        return inv.fail(name(), error_text(r.error()), exit_failure);
-      sweep.emplace_back(aps, std::move(*r));
-    }
+    if (!res)
+      return fail_job(inv, name(), res.error());
+    auto swept = run_sweep(cfg, opts, plan->rates);
+    if (!swept)
+      return inv.fail(name(), error_text(swept.error()), exit_failure);
+    auto& sweep = *swept;
     uint64_t events = 0;
     double replay_wall = 0;
     for (auto& s : res->sim) {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -97,18 +98,31 @@ caf::error check_output_dir(const std::string& what, const std::string& dir);
 /// One subcommand.
 class command {
 public:
+  command(std::string name, std::string description)
+      : name_(std::move(name)), description_(std::move(description)) {
+  }
+
   virtual ~command() = default;
 
-  virtual std::string name() const = 0;
+  /// The subcommand's word: `dualpath <name>`.
+  const std::string& name() const {
+    return name_;
+  }
 
   /// One line for `dualpath --help`.
-  virtual std::string description() const = 0;
+  const std::string& description() const {
+    return description_;
+  }
 
   /// Adds the subcommand's own options to `app` (its CLI11 subcommand).
   virtual void add_options(CLI::App& app, key_flags& flags) = 0;
 
   /// Runs after the configuration loaded; returns an exit_status.
   virtual int run(const invocation& inv) = 0;
+
+private:
+  std::string name_;
+  std::string description_;
 };
 
 /// Every subcommand, in `--help` order (cmd/registry.cpp).

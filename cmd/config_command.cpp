@@ -16,13 +16,10 @@ nlohmann::json to_json(const config::value& x) {
 
 class config_command : public command {
 public:
-  std::string name() const override {
-    return "config";
-  }
-
-  std::string description() const override {
-    return "Print the effective configuration, or every key with "
-           "--reference.";
+  config_command()
+      : command("config",
+                "Print the effective configuration, or every key with "
+                "--reference.") {
   }
 
   void add_options(CLI::App& app, key_flags&) override {

@@ -23,13 +23,11 @@ extern "C" void on_stop_signal(int) {
 
 class node_command : public command {
 public:
-  std::string name() const override {
-    return "node";
-  }
-
-  std::string description() const override {
-    return "Run one node of a multi-process deployment (scheduler, prefill "
-           "or decode node of a cluster file) until SIGINT/SIGTERM.";
+  node_command()
+      : command(
+          "node",
+          "Run one node of a multi-process deployment (scheduler, prefill "
+          "or decode node of a cluster file) until SIGINT/SIGTERM.") {
   }
 
   void add_options(CLI::App& app, key_flags&) override {

@@ -39,12 +39,10 @@ std::string pad(std::string str, size_t width) {
 
 class plan_command : public command {
 public:
-  std::string name() const override {
-    return "plan";
-  }
-
-  std::string description() const override {
-    return "Bottleneck-free P/D range and link loads (brief section 2.2).";
+  plan_command()
+      : command(
+          "plan",
+          "Bottleneck-free P/D range and link loads (brief section 2.2).") {
   }
 
   void add_options(CLI::App& app, key_flags& flags) override {

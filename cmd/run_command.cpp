@@ -22,13 +22,11 @@ using namespace actors::cluster;
 
 class run_command : public command {
 public:
-  std::string name() const override {
-    return "run";
-  }
-
-  std::string description() const override {
-    return "Replay an agentic trace on an embedded emulated cluster: Basic vs "
-           "DualPath vs Oracle side by side.";
+  run_command()
+      : command(
+          "run",
+          "Replay an agentic trace on an embedded emulated cluster: Basic vs "
+          "DualPath vs Oracle side by side.") {
   }
 
   void add_options(CLI::App& app, key_flags& flags) override {

@@ -62,13 +62,10 @@ nlohmann::json sim_json(const sim_mode_stats& s, double jct_s) {
 
 class sim_command : public command {
 public:
-  std::string name() const override {
-    return "sim";
-  }
-
-  std::string description() const override {
-    return "Simulate `run` in simulated time (deterministic, modeled data "
-           "plane): cluster scale on one core.";
+  sim_command()
+      : command("sim",
+                "Simulate `run` in simulated time (deterministic, modeled data "
+                "plane): cluster scale on one core.") {
   }
 
   void add_options(CLI::App& app, key_flags& flags) override {

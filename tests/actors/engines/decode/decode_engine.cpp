@@ -20,6 +20,7 @@
 #include "actors/protocol/register.hpp"
 #include "actors/storage/storage_reader.hpp"
 #include "gpu/device.hpp"
+#include "tests/actors/engines/engine_fixture.hpp"
 #include "tests/support/support.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/buffer_pool.hpp"
@@ -32,25 +33,14 @@ namespace storage = transport::storage;
 
 namespace {
 
-caf::actor_system_config& testing_config(caf::actor_system_config& cfg) {
-  add_message_types(cfg);
-  cfg.set("scheduler.policy", caf::atom("testing"));
-  return cfg;
-}
-
 struct outcomes {
   std::vector<request_result> results;
   std::vector<group_report> reports;
 };
 
-struct fixture {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{testing_config(cfg)};
-  caf::scheduler::test_coordinator& sched =
-      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+struct fixture : test::coordinator_fixture {
   std::shared_ptr<outcomes> out = std::make_shared<outcomes>();
   caf::actor scheduler;
-  emulated_time time{sched.clock().now(), 1.0};
 
   fixture() {
     auto o = out;
@@ -63,44 +53,11 @@ struct fixture {
     });
   }
 
-  // A toy model whose numbers are easy to work by hand: 5 layers, 8e8
-  // linear FLOPs per token per layer (2 * 2e9 / 5), attention 2 * 16 *
-  // (128 + 128) = 8192 FLOPs per (query, key) pair, 64 B of KV per token
-  // per layer; a GPU of 10 TFLOP/s and 1 TB/s, holding 1e9 B of weights.
+  // The toy model of engine_fixture.hpp on a decode node.
   engine_config engine(load_mode mode, uint32_t gpus = 1) {
-    engine_config c;
-    c.role = engine_role::decode;
-    c.gpus = gpus;
+    auto c = test::toy_engine(engine_role::decode, gpus, time, scheduler);
     c.mode = mode;
-    c.model.layers = 5;
-    c.model.block_tokens = 4;
-    c.model.nominal_bytes_per_token_layer = 64;
-    c.model.real_bytes_per_token_layer = 64;
-    c.model.active_params = 2e9;
-    c.model.attn_heads = 16;
-    c.model.attn_qk_dim = 128;
-    c.model.attn_v_dim = 128;
-    c.time = time;
-    c.node = std::make_shared<node_resources>();
-    c.node->name = "de";
-    c.node->role = engine_role::decode;
-    for (uint32_t g = 0; g < gpus; ++g) {
-      gpu::device_options d;
-      d.backend = gpu::backend_choice::host;
-      d.hbm_budget = 1 << 20;
-      d.backed = false;
-      auto dev = gpu::make_host_device(d);
-      REQUIRE(dev);
-      c.devices.push_back(*dev);
-    }
-    c.gpu = gpu::gpu_rate{"toy", 10.0, 1.0, 1.0, 1.0, 0};
-    c.group_model.weight_bytes_per_gpu = 1e9;
-    c.group_model.layer_overhead_s = 1e-4;
     c.hbm_kv_bytes = 1'000'000;
-    c.real_bytes = false;
-    c.verify_kv = false;
-    c.scheduler = scheduler;
-    c.fetch_period_ns = 1'000'000'000;
     return c;
   }
 
@@ -108,10 +65,7 @@ struct fixture {
                          uint32_t rank, caf::actor de, read_plan plan = {}) {
     assignment a;
     a.request.id = id;
-    std::vector<uint32_t> ids;
-    for (uint32_t i = 0; i < tokens; ++i)
-      ids.push_back(1000 * static_cast<uint32_t>(id) + i);
-    a.request.tokens = std::move(ids);
+    a.request.tokens = test::toy_tokens(id, tokens);
     a.request.gen_tokens = gen;
     a.prefill = engine_id{"pe", engine_role::prefill, 0};
     a.decode = engine_id{"de", engine_role::decode, rank};

@@ -20,6 +20,7 @@
 #include "actors/engines/prefill/prefill_engine.hpp"
 #include "actors/protocol/register.hpp"
 #include "gpu/device.hpp"
+#include "tests/actors/engines/engine_fixture.hpp"
 #include "tests/support/support.hpp"
 
 using namespace dualpath;
@@ -27,27 +28,16 @@ using namespace dualpath::actors;
 
 namespace {
 
-caf::actor_system_config& testing_config(caf::actor_system_config& cfg) {
-  add_message_types(cfg);
-  cfg.set("scheduler.policy", caf::atom("testing"));
-  return cfg;
-}
-
 struct fake_scheduler_state {
   std::vector<group_report> fetches;
   std::vector<request_result> results;
   std::vector<assignment> to_hand_out;
 };
 
-struct fixture {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{testing_config(cfg)};
-  caf::scheduler::test_coordinator& sched =
-      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
+struct fixture : test::coordinator_fixture {
   std::shared_ptr<fake_scheduler_state> fake =
       std::make_shared<fake_scheduler_state>();
   caf::actor scheduler;
-  emulated_time time{sched.clock().now(), 1.0};
 
   fixture() {
     auto f = fake;
@@ -69,48 +59,17 @@ struct fixture {
     });
   }
 
-  // The toy model of tests/actors/engines/decode/decode_engine.cpp: 5
-  // layers, 8e8 linear FLOPs per token per layer, 8192 attention FLOPs per
-  // (query, key) pair, a GPU of 10 TFLOP/s; routed experts half the linear
-  // FLOPs, spread over the node's GPUs; 1e-4 s per layer of overhead.
+  // The toy model of engine_fixture.hpp in Oracle mode, packed by a 1 s
+  // compute quota; routed experts half the linear FLOPs, spread over the
+  // node's GPUs.
   engine_config engine(engine_role role, uint32_t gpus) {
-    engine_config c;
-    c.role = role;
-    c.gpus = gpus;
+    auto c = test::toy_engine(role, gpus, time, scheduler);
     c.mode = load_mode::oracle;
     c.packing = batching::quota;
     c.quota_s = 1.0;
-    c.model.layers = 5;
-    c.model.block_tokens = 4;
-    c.model.nominal_bytes_per_token_layer = 64;
-    c.model.real_bytes_per_token_layer = 64;
-    c.model.active_params = 2e9;
-    c.model.attn_heads = 16;
-    c.model.attn_qk_dim = 128;
-    c.model.attn_v_dim = 128;
-    c.time = time;
-    c.node = std::make_shared<node_resources>();
-    c.node->name = role == engine_role::prefill ? "pe" : "de";
-    c.node->role = role;
-    for (uint32_t g = 0; g < gpus; ++g) {
-      gpu::device_options d;
-      d.backend = gpu::backend_choice::host;
-      d.hbm_budget = 1 << 20;
-      d.backed = false;
-      auto dev = gpu::make_host_device(d);
-      REQUIRE(dev);
-      c.devices.push_back(*dev);
-    }
-    c.gpu = gpu::gpu_rate{"toy", 10.0, 1.0, 1.0, 1.0, 0};
     c.group_model.routed_share = 0.5;
-    c.group_model.layer_overhead_s = 1e-4;
-    c.group_model.weight_bytes_per_gpu = 1e9;
     c.hbm_kv_bytes = 1 << 20;
-    c.real_bytes = false;
-    c.verify_kv = false;
     c.stats = std::make_shared<engine_stats>();
-    c.scheduler = scheduler;
-    c.fetch_period_ns = 1'000'000'000;
     return c;
   }
 
@@ -118,10 +77,7 @@ struct fixture {
                          caf::actor pe, caf::actor de, read_plan plan) {
     assignment a;
     a.request.id = id;
-    std::vector<uint32_t> ids;
-    for (uint32_t i = 0; i < tokens; ++i)
-      ids.push_back(1000 * static_cast<uint32_t>(id) + i);
-    a.request.tokens = std::move(ids);
+    a.request.tokens = test::toy_tokens(id, tokens);
     a.request.gen_tokens = 1; // done at the first token: done = TTFT
     a.prefill = engine_id{"pe", engine_role::prefill, pe_rank};
     a.decode = engine_id{"de", engine_role::decode, 0};

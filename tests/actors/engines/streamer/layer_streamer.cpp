@@ -21,18 +21,13 @@
 #include "actors/engines/prefill/prefill_engine.hpp"
 #include "actors/protocol/register.hpp"
 #include "gpu/device.hpp"
+#include "tests/actors/engines/engine_fixture.hpp"
 #include "tests/support/support.hpp"
 
 using namespace dualpath;
 using namespace dualpath::actors;
 
 namespace {
-
-caf::actor_system_config& testing_config(caf::actor_system_config& cfg) {
-  add_message_types(cfg);
-  cfg.set("scheduler.policy", caf::atom("testing"));
-  return cfg;
-}
 
 struct decode_log {
   std::vector<uint32_t> layers;
@@ -50,12 +45,7 @@ struct down_log {
   }
 };
 
-struct fixture {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{testing_config(cfg)};
-  caf::scheduler::test_coordinator& sched =
-      dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
-  emulated_time time{sched.clock().now(), 1.0};
+struct fixture : test::coordinator_fixture {
   std::shared_ptr<decode_log> log = std::make_shared<decode_log>();
   std::shared_ptr<down_log> downs = std::make_shared<down_log>();
   caf::actor de;
@@ -118,12 +108,7 @@ struct fixture {
     c.node = std::make_shared<node_resources>();
     c.node->name = "pe";
     c.node->role = engine_role::prefill;
-    gpu::device_options d;
-    d.backend = gpu::backend_choice::host;
-    d.backed = false;
-    auto dev = gpu::make_host_device(d);
-    REQUIRE(dev);
-    c.devices.push_back(*dev);
+    test::add_host_gpus(c, 1, gpu::device_options{}.hbm_budget);
     c.gpu = gpu::gpu_rate{"toy", 10.0, 1.0, 1.0, 1.0, 0};
     c.group_model.layer_overhead_s = 1e-3;
     c.hbm_kv_bytes = 1 << 20;

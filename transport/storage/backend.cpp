@@ -200,6 +200,21 @@ caf::error posix_make_dir(const std::string& dir) {
   return sys_error("mkdir", dir, errno);
 }
 
+caf::error posix_file_backend::write_atomic(const std::string& path,
+                                            const std::byte* data, size_t len,
+                                            durability sync) {
+  return posix_write_atomic(path, data, len, sync);
+}
+
+caf::expected<std::vector<std::string>>
+posix_file_backend::list(const std::string& dir) {
+  return posix_list(dir);
+}
+
+caf::error posix_file_backend::make_dir(const std::string& dir) {
+  return posix_make_dir(dir);
+}
+
 namespace {
 
 std::string file_type_name(mode_t m) {

@@ -101,6 +101,18 @@ public:
   }
 };
 
+/// A backend on the local file system that writes, lists and creates
+/// directories with the POSIX helpers below (posix_write_atomic, posix_list,
+/// posix_make_dir); its subclasses differ only in how they read (io_uring,
+/// pread).
+class posix_file_backend : public storage_backend {
+public:
+  caf::error write_atomic(const std::string& path, const std::byte* data,
+                          size_t len, durability sync) override;
+  caf::expected<std::vector<std::string>> list(const std::string& dir) override;
+  caf::error make_dir(const std::string& dir) override;
+};
+
 using backend_ptr = std::shared_ptr<storage_backend>;
 
 /// Configuration of a backend.

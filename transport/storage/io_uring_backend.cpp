@@ -103,6 +103,15 @@ std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
     ::io_uring_sqe_set_data64(sqe, i);
     ++inflight;
   };
+  // The ring is unusable for these SQEs: fail everything unfinished.
+  auto fail_unfinished = [&](const caf::error& err) {
+    ring_ok = false;
+    for (size_t i = 0; i < ops.size(); ++i)
+      if (!st[i].finished) {
+        st[i].err = err;
+        finish(i);
+      }
+  };
   for (;;) {
     // Fill the ring up to its depth: continuations first, then new ops.
     uint32_t prepared = 0;
@@ -136,13 +145,7 @@ std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
         rc = ::io_uring_submit(ring);
       } while (rc == -EINTR);
       if (uring_call("io_uring_submit", "", rc, err) < 0) {
-        ring_ok = false;
-        // The ring is unusable for these SQEs: fail everything unfinished.
-        for (size_t i = 0; i < ops.size(); ++i)
-          if (!st[i].finished) {
-            st[i].err = err;
-            finish(i);
-          }
+        fail_unfinished(err);
         break;
       }
     }
@@ -152,12 +155,7 @@ std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
       rc = ::io_uring_wait_cqe(ring, &cqe);
     } while (rc == -EINTR);
     if (uring_call("io_uring_wait_cqe", "", rc, err) < 0) {
-      ring_ok = false;
-      for (size_t i = 0; i < ops.size(); ++i)
-        if (!st[i].finished) {
-          st[i].err = err;
-          finish(i);
-        }
+      fail_unfinished(err);
       break;
     }
     auto i = static_cast<size_t>(::io_uring_cqe_get_data64(cqe));
@@ -193,21 +191,6 @@ std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
       results.emplace_back(s.done);
   }
   return results;
-}
-
-caf::error io_uring_backend::write_atomic(const std::string& path,
-                                          const std::byte* data, size_t len,
-                                          durability sync) {
-  return posix_write_atomic(path, data, len, sync);
-}
-
-caf::expected<std::vector<std::string>>
-io_uring_backend::list(const std::string& dir) {
-  return posix_list(dir);
-}
-
-caf::error io_uring_backend::make_dir(const std::string& dir) {
-  return posix_make_dir(dir);
 }
 
 } // namespace dualpath::transport::storage

@@ -20,7 +20,7 @@ struct io_uring;
 
 namespace dualpath::transport::storage {
 
-class io_uring_backend final : public storage_backend {
+class io_uring_backend final : public posix_file_backend {
 public:
   /// Sets up a ring of `queue_depth` entries; backend_unavailable if the
   /// kernel refuses (ENOSYS, EPERM, ...).
@@ -33,10 +33,6 @@ public:
   uint32_t queue_depth() const override;
   std::vector<read_result> read(const std::vector<read_op>& ops,
                                 io_mode mode) override;
-  caf::error write_atomic(const std::string& path, const std::byte* data,
-                          size_t len, durability sync) override;
-  caf::expected<std::vector<std::string>> list(const std::string& dir) override;
-  caf::error make_dir(const std::string& dir) override;
 
 private:
   struct ring_deleter {

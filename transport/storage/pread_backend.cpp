@@ -116,19 +116,4 @@ std::vector<read_result> pread_backend::read(const std::vector<read_op>& ops,
   return results;
 }
 
-caf::error pread_backend::write_atomic(const std::string& path,
-                                       const std::byte* data, size_t len,
-                                       durability sync) {
-  return posix_write_atomic(path, data, len, sync);
-}
-
-caf::expected<std::vector<std::string>>
-pread_backend::list(const std::string& dir) {
-  return posix_list(dir);
-}
-
-caf::error pread_backend::make_dir(const std::string& dir) {
-  return posix_make_dir(dir);
-}
-
 } // namespace dualpath::transport::storage

@@ -18,7 +18,7 @@
 
 namespace dualpath::transport::storage {
 
-class pread_backend final : public storage_backend {
+class pread_backend final : public posix_file_backend {
 public:
   static std::unique_ptr<pread_backend> make(uint32_t queue_depth);
 
@@ -28,10 +28,6 @@ public:
   uint32_t queue_depth() const override;
   std::vector<read_result> read(const std::vector<read_op>& ops,
                                 io_mode mode) override;
-  caf::error write_atomic(const std::string& path, const std::byte* data,
-                          size_t len, durability sync) override;
-  caf::expected<std::vector<std::string>> list(const std::string& dir) override;
-  caf::error make_dir(const std::string& dir) override;
 
 private:
   explicit pread_backend(uint32_t depth);

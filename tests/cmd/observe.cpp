@@ -35,95 +35,13 @@
 
 #include "tests/support/support.hpp"
 
+using dualpath::test::background_process;
 using dualpath::test::dualpath_binary;
+using dualpath::test::free_port;
 using dualpath::test::temp_dir;
 using nlohmann::json;
 
 namespace {
-
-// A port nobody listens on right now.
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// `dualpath run` in the background; stdout and stderr go to files.
-class background_run {
-public:
-  background_run(const temp_dir& dir, const std::vector<std::string>& argv)
-      : out_(dir.file("run.out")), err_(dir.file("run.err")) {
-    pid_ = ::fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      int in = ::open("/dev/null", O_RDONLY);
-      int out = ::open(out_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int err = ::open(err_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(in, 0);
-      ::dup2(out, 1);
-      ::dup2(err, 2);
-      std::vector<char*> args;
-      for (auto& a : argv)
-        args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-  }
-
-  ~background_run() {
-    if (pid_ > 0 && !done_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-
-  /// True while the process runs.
-  bool running() {
-    if (done_)
-      return false;
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      done_ = true;
-      status_ =
-          WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    }
-    return !done_;
-  }
-
-  int wait() {
-    while (running())
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    return status_;
-  }
-
-  std::string err() const {
-    std::ifstream in{err_};
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
-  std::string out() const {
-    std::ifstream in{out_};
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
-
-private:
-  std::string out_;
-  std::string err_;
-  pid_t pid_ = -1;
-  bool done_ = false;
-  int status_ = -1;
-};
 
 // curl's output, or "" when the request failed.
 std::string curl(uint16_t port, const std::string& path = "/metrics") {
@@ -242,28 +160,12 @@ void check_every_scrape(const temp_dir& dir,
 
 // The status code of the answer to `request` sent on a raw connection.
 int raw_status(uint16_t port, const std::string& request) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
+  int fd = dualpath::test::connect_loopback(port);
+  if (fd < 0)
     return -1;
-  }
   ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
   ::shutdown(fd, SHUT_WR);
-  std::string answer;
-  char buf[1024];
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 5000) <= 0)
-      break;
-    auto n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0)
-      break;
-    answer.append(buf, static_cast<size_t>(n));
-  }
+  auto answer = dualpath::test::read_to_end(fd);
   ::close(fd);
   if (answer.compare(0, 9, "HTTP/1.1 ") != 0)
     return -1;
@@ -284,7 +186,7 @@ std::vector<std::string> small_run(const temp_dir& dir,
 }
 
 // Scrapes every 200 ms while `run` runs; returns the successful scrapes.
-std::vector<std::string> scrape_while(background_run& run, uint16_t port) {
+std::vector<std::string> scrape_while(background_process& run, uint16_t port) {
   std::vector<std::string> scrapes;
   while (run.running()) {
     auto text = curl(port);
@@ -317,10 +219,11 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
   temp_dir dir;
   auto port = free_port();
   auto trace = dir.file("trace.json");
-  background_run run{dir,
-                     small_run(dir, {"--mode", "basic,dualpath", "--turns", "3",
-                                     "--time-scale", "4", "--metrics-port",
-                                     std::to_string(port), "--trace", trace})};
+  background_process run{
+      small_run(dir, {"--mode", "basic,dualpath", "--turns", "3",
+                      "--time-scale", "4", "--metrics-port",
+                      std::to_string(port), "--trace", trace}),
+      dir.file("run.out"), dir.file("run.err")};
   // Wait for the endpoint, then refuse some bad requests while it works.
   std::string first;
   for (int i = 0; i < 600 && first.empty() && run.running(); ++i) {
@@ -505,10 +408,11 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
 TEST_CASE("the extension example: a run with the prefetching reader") {
   temp_dir dir;
   auto port = free_port();
-  background_run run{
-      dir, small_run(dir, {"--mode", "dualpath", "--turns", "3", "--time-scale",
-                           "4", "--json", "--set", "storage.reader=prefetching",
-                           "--metrics-port", std::to_string(port)})};
+  background_process run{
+      small_run(dir, {"--mode", "dualpath", "--turns", "3", "--time-scale", "4",
+                      "--json", "--set", "storage.reader=prefetching",
+                      "--metrics-port", std::to_string(port)}),
+      dir.file("run.out"), dir.file("run.err")};
   auto scrapes = scrape_while(run, port);
   REQUIRE_MESSAGE(run.wait() == 0, run.err());
   auto doc = json::parse(run.out());

@@ -1,7 +1,7 @@
-// Test helpers for multi-process deployments on 127.0.0.1: background
-// processes with their output in files, free ports, a cluster file with a
-// scheduler node, one prefill node and two decode nodes, and a throw-away CA
-// made with the openssl command.
+// Test helpers for multi-process deployments on 127.0.0.1 (background
+// processes and free ports are in tests/support/support.hpp): a cluster file
+// with a scheduler node, one prefill node and two decode nodes, and a
+// throw-away CA made with the openssl command.
 #pragma once
 
 #include <fcntl.h>
@@ -51,133 +51,6 @@ inline void no_leak_check_in_children() {
 #if defined(__SANITIZE_ADDRESS__)
   ::setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
 #endif
-}
-
-/// A process running in the background; killed (SIGKILL) if still running
-/// when the object dies.
-class background_process {
-public:
-  background_process(const std::vector<std::string>& argv,
-                     const std::string& out_file, const std::string& err_file)
-      : out_(out_file), err_(err_file) {
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      int in = ::open("/dev/null", O_RDONLY);
-      int out = ::open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int err = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(in, 0);
-      ::dup2(out, 1);
-      ::dup2(err, 2);
-      std::vector<char*> args;
-      for (auto& a : argv)
-        args.push_back(const_cast<char*>(a.c_str()));
-      args.push_back(nullptr);
-      ::execv(args[0], args.data());
-      ::_exit(127);
-    }
-  }
-
-  ~background_process() {
-    if (running()) {
-      ::kill(pid_, SIGKILL);
-      wait();
-    }
-  }
-
-  background_process(const background_process&) = delete;
-  background_process& operator=(const background_process&) = delete;
-
-  bool running() {
-    if (pid_ <= 0 || status_ >= 0)
-      return false;
-    int st = 0;
-    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
-      status_ = decode(st);
-      return false;
-    }
-    return true;
-  }
-
-  void signal(int sig) {
-    if (running())
-      ::kill(pid_, sig);
-  }
-
-  /// Waits for the exit; returns the status (128 + signal if killed).
-  int wait() {
-    if (status_ >= 0 || pid_ <= 0)
-      return status_;
-    int st = 0;
-    ::waitpid(pid_, &st, 0);
-    status_ = decode(st);
-    return status_;
-  }
-
-  /// Waits up to `limit` for the exit; SIGKILL afterwards.
-  int wait_for(std::chrono::seconds limit) {
-    auto until = std::chrono::steady_clock::now() + limit;
-    while (running() && std::chrono::steady_clock::now() < until)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (running())
-      ::kill(pid_, SIGKILL);
-    return wait();
-  }
-
-  std::string out() const {
-    return slurp(out_);
-  }
-  std::string err() const {
-    return slurp(err_);
-  }
-
-  /// Waits until stderr contains `text` (true) or the process ends or
-  /// `limit` passes (false).
-  bool wait_err(const std::string& text, std::chrono::seconds limit) {
-    auto until = std::chrono::steady_clock::now() + limit;
-    while (std::chrono::steady_clock::now() < until) {
-      if (err().find(text) != std::string::npos)
-        return true;
-      if (!running())
-        return err().find(text) != std::string::npos;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    return false;
-  }
-
-private:
-  static int decode(int st) {
-    if (WIFEXITED(st))
-      return WEXITSTATUS(st);
-    if (WIFSIGNALED(st))
-      return 128 + WTERMSIG(st);
-    return 255;
-  }
-
-  static std::string slurp(const std::string& path) {
-    std::ifstream in{path};
-    std::stringstream buf;
-    buf << in.rdbuf();
-    return buf.str();
-  }
-
-  pid_t pid_ = -1;
-  int status_ = -1;
-  std::string out_;
-  std::string err_;
-};
-
-/// A TCP port on 127.0.0.1 that was free a moment ago.
-inline uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 /// Runs a shell command; true on exit status 0.

@@ -17,36 +17,18 @@
 #include <unistd.h>
 
 #include "actors/observe/http_server.hpp"
+#include "tests/support/support.hpp"
 
 using namespace dualpath::actors::observe;
 
 namespace {
 
-int connect_to(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  return fd;
-}
+using dualpath::test::read_to_end;
 
-// Everything `fd` receives until the peer closes (or 5 s pass in silence).
-std::string read_to_end(int fd) {
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, 5000) <= 0)
-      break;
-    auto n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0)
-      break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
+int connect_to(uint16_t port) {
+  int fd = dualpath::test::connect_loopback(port);
+  REQUIRE(fd >= 0);
+  return fd;
 }
 
 // Sends `request` (then half-closes unless `half_close` is false) and returns
@@ -162,13 +144,7 @@ TEST_CASE_FIXTURE(fixture, "wrong and malformed requests are refused") {
 }
 
 TEST_CASE_FIXTURE(fixture, "a silent client is dropped, others are served") {
-  int idle = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(server->port());
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(idle, reinterpret_cast<sockaddr*>(&addr), sizeof(addr))
-          == 0);
+  int idle = connect_to(server->port());
   // An incomplete request that never ends: 408 after the read timeout.
   auto start = std::chrono::steady_clock::now();
   auto answer = exchange(server->port(), "GET /metrics HTTP/1.1\r\n", false);

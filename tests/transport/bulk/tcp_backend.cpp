@@ -29,6 +29,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/support.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/bulk/tcp_handshake.hpp"
 #include "transport/bulk/tcp_wire.hpp"
@@ -128,12 +129,8 @@ int connect_raw(const backend& target) {
   auto d = const_cast<backend&>(target).details_for("raw");
   std::string s{d->begin(), d->end()};
   auto port = std::stoi(s.substr(s.rfind(':') + 1));
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  int fd = dualpath::test::connect_loopback(static_cast<uint16_t>(port));
+  REQUIRE(fd >= 0);
   timeval tv{2, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   return fd;

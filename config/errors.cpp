@@ -3,31 +3,17 @@
 #include <caf/actor_system_config.hpp>
 
 #include "config/caf_support.hpp"
+#include "config/enum_names.hpp"
 
 namespace dualpath::config {
 
+constexpr std::string_view config_errc_names[] = {
+    "none",         "unknown_key",     "wrong_type",
+    "out_of_range", "invalid_choice",  "missing_file",
+    "parse_error",  "unknown_profile", "malformed_override"};
+
 std::string to_string(config_errc x) {
-  switch (x) {
-    case config_errc::none:
-      return "none";
-    case config_errc::unknown_key:
-      return "unknown_key";
-    case config_errc::wrong_type:
-      return "wrong_type";
-    case config_errc::out_of_range:
-      return "out_of_range";
-    case config_errc::invalid_choice:
-      return "invalid_choice";
-    case config_errc::missing_file:
-      return "missing_file";
-    case config_errc::parse_error:
-      return "parse_error";
-    case config_errc::unknown_profile:
-      return "unknown_profile";
-    case config_errc::malformed_override:
-      return "malformed_override";
-  }
-  return "config_errc(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, config_errc_names, "config_errc");
 }
 
 std::string message_of(const caf::error& err) {

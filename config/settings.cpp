@@ -16,6 +16,7 @@
 #include <toml++/toml.h>
 
 #include "config/capacity.hpp"
+#include "config/enum_names.hpp"
 #include "config/profiles.hpp"
 
 namespace dualpath::config {
@@ -217,18 +218,11 @@ caf::expected<std::string> read_config_text(const std::string& path,
   return text;
 }
 
+constexpr std::string_view value_source_names[] = {"default", "profile", "file",
+                                                   "override"};
+
 std::string to_string(value_source x) {
-  switch (x) {
-    case value_source::schema_default:
-      return "default";
-    case value_source::profile:
-      return "profile";
-    case value_source::file:
-      return "file";
-    case value_source::override_value:
-      return "override";
-  }
-  return "value_source(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, value_source_names, "value_source");
 }
 
 settings::settings() {

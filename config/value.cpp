@@ -4,20 +4,15 @@
 #include <cmath>
 #include <cstdio>
 
+#include "config/enum_names.hpp"
+
 namespace dualpath::config {
 
+constexpr std::string_view value_type_names[] = {"boolean", "integer", "real",
+                                                 "string"};
+
 std::string to_string(value_type x) {
-  switch (x) {
-    case value_type::boolean:
-      return "boolean";
-    case value_type::integer:
-      return "integer";
-    case value_type::real:
-      return "real";
-    case value_type::string:
-      return "string";
-  }
-  return "value_type(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, value_type_names, "value_type");
 }
 
 value_type type_of(const value& x) {

@@ -6,42 +6,29 @@
 
 #include <unistd.h>
 
+#include "config/enum_names.hpp"
+
 namespace dualpath::gpu {
 
 // -- names --------------------------------------------------------------------
 
+constexpr std::string_view backend_kind_names[] = {"host", "cuda"};
+
 std::string to_string(backend_kind x) {
-  switch (x) {
-    case backend_kind::host:
-      return "host";
-    case backend_kind::cuda:
-      return "cuda";
-  }
-  return "backend_kind(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, backend_kind_names, "backend_kind");
 }
+
+constexpr std::string_view backend_choice_names[] = {"auto", "cuda", "host"};
 
 std::string to_string(backend_choice x) {
-  switch (x) {
-    case backend_choice::automatic:
-      return "auto";
-    case backend_choice::cuda:
-      return "cuda";
-    case backend_choice::host:
-      return "host";
-  }
-  return "backend_choice(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, backend_choice_names, "backend_choice");
 }
 
+constexpr std::string_view copy_method_names[] = {"per_chunk", "batched",
+                                                  "automatic"};
+
 std::string to_string(copy_method x) {
-  switch (x) {
-    case copy_method::per_chunk:
-      return "per_chunk";
-    case copy_method::batched:
-      return "batched";
-    case copy_method::automatic:
-      return "automatic";
-  }
-  return "copy_method(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, copy_method_names, "copy_method");
 }
 
 caf::expected<backend_choice> parse_backend_choice(const std::string& str) {

@@ -3,18 +3,15 @@
 #include <algorithm>
 #include <cmath>
 
+#include "config/enum_names.hpp"
+
 namespace dualpath::scheduler {
 
+constexpr std::string_view read_mode_names[] = {"pe_only", "shorter_queue",
+                                                "split"};
+
 std::string to_string(read_mode x) {
-  switch (x) {
-    case read_mode::pe_only:
-      return "pe_only";
-    case read_mode::shorter_queue:
-      return "shorter_queue";
-    case read_mode::split:
-      return "split";
-  }
-  return "read_mode(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, read_mode_names, "read_mode");
 }
 
 read_split choose_path(uint64_t pe_read_q, uint64_t de_read_q,

@@ -2,19 +2,16 @@
 
 #include <algorithm>
 
+#include "config/enum_names.hpp"
 #include "scheduler/pe_selection.hpp"
 #include "scheduler/round_robin.hpp"
 
 namespace dualpath::scheduler {
 
+constexpr std::string_view policy_kind_names[] = {"basic", "dualpath"};
+
 std::string to_string(policy_kind x) {
-  switch (x) {
-    case policy_kind::basic:
-      return "basic";
-    case policy_kind::dualpath:
-      return "dualpath";
-  }
-  return "policy_kind(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, policy_kind_names, "policy_kind");
 }
 
 placement_policy::~placement_policy() = default;

@@ -1,31 +1,20 @@
 #include "transport/types.hpp"
 
 #include "config/caf_support.hpp"
+#include "config/enum_names.hpp"
 
 #include "transport/errors.hpp"
 
 namespace dualpath::transport {
 
+constexpr std::string_view traffic_class_names[] = {"control", "kv"};
+
 std::string to_string(traffic_class x) {
-  switch (x) {
-    case traffic_class::control:
-      return "control";
-    case traffic_class::kv:
-      return "kv";
-  }
-  return "traffic_class(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, traffic_class_names, "traffic_class");
 }
 
 bool from_string(std::string_view str, traffic_class& x) {
-  if (str == "control") {
-    x = traffic_class::control;
-    return true;
-  }
-  if (str == "kv") {
-    x = traffic_class::kv;
-    return true;
-  }
-  return false;
+  return config::parse_name(str, traffic_class_names, x);
 }
 
 caf::expected<remote_region> remote_region::subrange(uint64_t off,
@@ -43,38 +32,14 @@ caf::expected<remote_region> remote_region::subrange(uint64_t off,
   return result;
 }
 
+constexpr std::string_view transport_errc_names[] = {
+    "none",           "out_of_bounds",   "unknown_region", "wrong_key",
+    "bad_frame",      "unauthenticated", "peer_lost",      "deadline_exceeded",
+    "queue_full",     "unsupported",     "no_device",      "system_error",
+    "injected_fault", "bad_config"};
+
 std::string to_string(transport_errc x) {
-  switch (x) {
-    case transport_errc::none:
-      return "none";
-    case transport_errc::out_of_bounds:
-      return "out_of_bounds";
-    case transport_errc::unknown_region:
-      return "unknown_region";
-    case transport_errc::wrong_key:
-      return "wrong_key";
-    case transport_errc::bad_frame:
-      return "bad_frame";
-    case transport_errc::unauthenticated:
-      return "unauthenticated";
-    case transport_errc::peer_lost:
-      return "peer_lost";
-    case transport_errc::deadline_exceeded:
-      return "deadline_exceeded";
-    case transport_errc::queue_full:
-      return "queue_full";
-    case transport_errc::unsupported:
-      return "unsupported";
-    case transport_errc::no_device:
-      return "no_device";
-    case transport_errc::system_error:
-      return "system_error";
-    case transport_errc::injected_fault:
-      return "injected_fault";
-    case transport_errc::bad_config:
-      return "bad_config";
-  }
-  return "transport_errc(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, transport_errc_names, "transport_errc");
 }
 
 void add_error_category(caf::actor_system_config& cfg) {

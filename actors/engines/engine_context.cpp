@@ -6,42 +6,25 @@
 #include <caf/scheduler/test_coordinator.hpp>
 
 #include "actors/engines/emulation.hpp"
+#include "config/enum_names.hpp"
 
 namespace dualpath::actors {
 
+constexpr std::string_view load_mode_names[] = {"basic", "layerwise",
+                                                "dualpath", "oracle"};
+
 std::string to_string(load_mode x) {
-  switch (x) {
-    case load_mode::basic:
-      return "basic";
-    case load_mode::layerwise:
-      return "layerwise";
-    case load_mode::dualpath:
-      return "dualpath";
-    case load_mode::oracle:
-      return "oracle";
-  }
-  return "load_mode(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, load_mode_names, "load_mode");
 }
 
 bool from_string(const std::string& str, load_mode& x) {
-  for (auto m : {load_mode::basic, load_mode::layerwise, load_mode::dualpath,
-                 load_mode::oracle}) {
-    if (to_string(m) == str) {
-      x = m;
-      return true;
-    }
-  }
-  return false;
+  return config::parse_name(str, load_mode_names, x);
 }
 
+constexpr std::string_view batching_names[] = {"quota", "token_budget"};
+
 std::string to_string(batching x) {
-  switch (x) {
-    case batching::quota:
-      return "quota";
-    case batching::token_budget:
-      return "token_budget";
-  }
-  return "batching(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, batching_names, "batching");
 }
 
 model_shape coarsen(const model_shape& m, uint32_t k, uint32_t byte_scale) {

@@ -1,15 +1,13 @@
 #include "actors/protocol/messages.hpp"
 
+#include "config/enum_names.hpp"
+
 namespace dualpath::actors {
 
+constexpr std::string_view engine_role_names[] = {"prefill", "decode"};
+
 std::string to_string(engine_role x) {
-  switch (x) {
-    case engine_role::prefill:
-      return "prefill";
-    case engine_role::decode:
-      return "decode";
-  }
-  return "engine_role(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, engine_role_names, "engine_role");
 }
 
 } // namespace dualpath::actors

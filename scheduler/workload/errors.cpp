@@ -3,35 +3,18 @@
 #include <caf/actor_system_config.hpp>
 
 #include "config/caf_support.hpp"
+#include "config/enum_names.hpp"
 
 namespace dualpath::scheduler::workload {
 
+constexpr std::string_view workload_errc_names[] = {
+    "none",          "io_error",      "bad_json",
+    "missing_field", "unknown_field", "wrong_type",
+    "bad_length",    "too_long",      "duplicate_agent",
+    "empty_trace",   "bad_parameter"};
+
 std::string to_string(workload_errc x) {
-  switch (x) {
-    case workload_errc::none:
-      return "none";
-    case workload_errc::io_error:
-      return "io_error";
-    case workload_errc::bad_json:
-      return "bad_json";
-    case workload_errc::missing_field:
-      return "missing_field";
-    case workload_errc::unknown_field:
-      return "unknown_field";
-    case workload_errc::wrong_type:
-      return "wrong_type";
-    case workload_errc::bad_length:
-      return "bad_length";
-    case workload_errc::too_long:
-      return "too_long";
-    case workload_errc::duplicate_agent:
-      return "duplicate_agent";
-    case workload_errc::empty_trace:
-      return "empty_trace";
-    case workload_errc::bad_parameter:
-      return "bad_parameter";
-  }
-  return "workload_errc(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, workload_errc_names, "workload_errc");
 }
 
 std::string message_of(const caf::error& err) {

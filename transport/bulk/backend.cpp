@@ -1,5 +1,6 @@
 #include "transport/bulk/backend.hpp"
 
+#include "config/enum_names.hpp"
 #include "transport/bulk/verbs_backend.hpp"
 
 #include <utility>
@@ -10,16 +11,10 @@ std::string to_string(memory_kind x) {
   return x == memory_kind::host ? "host" : "device";
 }
 
+constexpr std::string_view tcp_cpu_sched_names[] = {"normal", "batch", "idle"};
+
 std::string to_string(tcp_cpu_sched x) {
-  switch (x) {
-    case tcp_cpu_sched::normal:
-      return "normal";
-    case tcp_cpu_sched::batch:
-      return "batch";
-    case tcp_cpu_sched::idle:
-      return "idle";
-  }
-  return "tcp_cpu_sched(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, tcp_cpu_sched_names, "tcp_cpu_sched");
 }
 
 local_registration::local_registration(local_registration&& other) noexcept

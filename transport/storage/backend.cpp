@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config/enum_names.hpp"
 #include "transport/storage/block_format.hpp"
 #include "transport/storage/io_uring_backend.hpp"
 #include "transport/storage/pread_backend.hpp"
@@ -21,36 +22,20 @@ storage_backend::~storage_backend() {
   // nop
 }
 
+constexpr std::string_view io_mode_names[] = {"buffered", "direct"};
+
 std::string to_string(io_mode x) {
-  switch (x) {
-    case io_mode::buffered:
-      return "buffered";
-    case io_mode::direct:
-      return "direct";
-  }
-  return "io_mode(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, io_mode_names, "io_mode");
 }
 
+constexpr std::string_view backend_kind_names[] = {"auto", "io_uring", "pread"};
+
 std::string to_string(backend_kind x) {
-  switch (x) {
-    case backend_kind::automatic:
-      return "auto";
-    case backend_kind::io_uring:
-      return "io_uring";
-    case backend_kind::pread:
-      return "pread";
-  }
-  return "backend_kind(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, backend_kind_names, "backend_kind");
 }
 
 bool from_string(std::string_view str, backend_kind& x) {
-  for (auto k :
-       {backend_kind::automatic, backend_kind::io_uring, backend_kind::pread})
-    if (str == to_string(k)) {
-      x = k;
-      return true;
-    }
-  return false;
+  return config::parse_name(str, backend_kind_names, x);
 }
 
 caf::expected<backend_ptr> make_backend(const backend_config& cfg) {

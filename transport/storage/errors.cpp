@@ -1,45 +1,29 @@
 #include "transport/storage/errors.hpp"
 
 #include "config/caf_support.hpp"
+#include "config/enum_names.hpp"
 
 namespace dualpath::transport::storage {
 
+constexpr std::string_view storage_errc_names[] = {"none",
+                                                   "missing_block",
+                                                   "truncated",
+                                                   "header_checksum",
+                                                   "layer_checksum",
+                                                   "unknown_version",
+                                                   "wrong_model",
+                                                   "bad_header",
+                                                   "unreadable_directory",
+                                                   "disk_full",
+                                                   "io_error",
+                                                   "backend_unavailable",
+                                                   "over_budget",
+                                                   "invalid_argument",
+                                                   "injected_fault",
+                                                   "not_regular_file"};
+
 std::string to_string(storage_errc x) {
-  switch (x) {
-    case storage_errc::none:
-      return "none";
-    case storage_errc::missing_block:
-      return "missing_block";
-    case storage_errc::truncated:
-      return "truncated";
-    case storage_errc::header_checksum:
-      return "header_checksum";
-    case storage_errc::layer_checksum:
-      return "layer_checksum";
-    case storage_errc::unknown_version:
-      return "unknown_version";
-    case storage_errc::wrong_model:
-      return "wrong_model";
-    case storage_errc::bad_header:
-      return "bad_header";
-    case storage_errc::unreadable_directory:
-      return "unreadable_directory";
-    case storage_errc::disk_full:
-      return "disk_full";
-    case storage_errc::io_error:
-      return "io_error";
-    case storage_errc::backend_unavailable:
-      return "backend_unavailable";
-    case storage_errc::over_budget:
-      return "over_budget";
-    case storage_errc::invalid_argument:
-      return "invalid_argument";
-    case storage_errc::injected_fault:
-      return "injected_fault";
-    case storage_errc::not_regular_file:
-      return "not_regular_file";
-  }
-  return "storage_errc(" + std::to_string(static_cast<int>(x)) + ")";
+  return config::name_of(x, storage_errc_names, "storage_errc");
 }
 
 storage_errc code_of(const caf::error& err) {

@@ -16,6 +16,7 @@
 #include "actors/engines/engine_common.hpp"
 #include "actors/protocol/register.hpp"
 #include "actors/storage/storage_reader.hpp"
+#include "tests/actors/actor_config.hpp"
 #include "tests/support/support.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/buffer_pool.hpp"
@@ -26,12 +27,6 @@ using namespace dualpath::actors;
 using namespace dualpath::transport::storage;
 
 namespace {
-
-struct sys_config : caf::actor_system_config {
-  sys_config() {
-    actors::add_message_types(*this);
-  }
-};
 
 // Reads `rr` through read_blocks from an actor and returns the completion.
 read_completion read_via(caf::actor_system& sys,
@@ -62,7 +57,7 @@ TEST_CASE("read_blocks: the reader's answer, or every block failed") {
   REQUIRE(populate(*shared, {prompt}));
   auto pool = buffer_pool::make(4 * geo.file_bytes(), geo.file_bytes());
   REQUIRE(pool);
-  sys_config cfg;
+  test::actor_config cfg;
   caf::actor_system sys{cfg};
   storage_reader_config rc;
   rc.node = "n0";

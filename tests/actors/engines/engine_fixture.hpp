@@ -18,22 +18,16 @@
 
 #include "actors/engines/emulation.hpp"
 #include "actors/engines/engine_context.hpp"
-#include "actors/protocol/register.hpp"
 #include "gpu/device.hpp"
+#include "tests/actors/actor_config.hpp"
 
 namespace dualpath::test {
-
-inline caf::actor_system_config& testing_config(caf::actor_system_config& cfg) {
-  actors::add_message_types(cfg);
-  cfg.set("scheduler.policy", caf::atom("testing"));
-  return cfg;
-}
 
 /// An actor system on the test coordinator; `time` starts at its clock's
 /// start, one emulated second per second.
 struct coordinator_fixture {
-  caf::actor_system_config cfg;
-  caf::actor_system sys{testing_config(cfg)};
+  actor_config cfg{"testing"};
+  caf::actor_system sys{cfg};
   caf::scheduler::test_coordinator& sched =
       dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler());
   actors::emulated_time time{sched.clock().now(), 1.0};

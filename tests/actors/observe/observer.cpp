@@ -15,19 +15,13 @@
 #include "actors/placement/global_scheduler.hpp"
 #include "actors/protocol/register.hpp"
 #include "actors/storage/prefetching_reader.hpp"
+#include "tests/actors/actor_config.hpp"
 
 using namespace dualpath;
 using namespace dualpath::actors;
 using namespace dualpath::actors::observe;
 
 namespace {
-
-struct sys_config : caf::actor_system_config {
-  sys_config() {
-    actors::add_message_types(*this);
-    set("scheduler.policy", caf::atom("sharing"));
-  }
-};
 
 constexpr auto timeout = std::chrono::seconds(10);
 
@@ -45,7 +39,7 @@ observer_actor::behavior_type forwarder(observer_actor::pointer,
 }
 
 struct fixture {
-  sys_config cfg;
+  test::actor_config cfg{"sharing"};
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   std::shared_ptr<metrics_registry> metrics =
@@ -201,7 +195,7 @@ TEST_CASE("reportable state prints every field") {
 }
 
 TEST_CASE("snapshot and event series carry the mode the process runs") {
-  sys_config cfg;
+  test::actor_config cfg{"sharing"};
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   auto metrics = std::make_shared<metrics_registry>();

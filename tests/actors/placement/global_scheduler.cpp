@@ -14,6 +14,7 @@
 #include "actors/placement/global_scheduler.hpp"
 #include "actors/protocol/prefill_engine_actor.hpp"
 #include "actors/protocol/register.hpp"
+#include "tests/actors/actor_config.hpp"
 #include "transport/errors.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/kv_content.hpp"
@@ -23,13 +24,6 @@ using namespace dualpath;
 using namespace dualpath::actors;
 
 namespace {
-
-struct sys_config : caf::actor_system_config {
-  sys_config() {
-    actors::add_message_types(*this);
-    set("scheduler.policy", caf::atom("sharing"));
-  }
-};
 
 constexpr auto timeout = std::chrono::seconds(10);
 
@@ -51,7 +45,7 @@ prefill_engine_actor::behavior_type fake_pe(std::shared_ptr<pushes> out) {
 }
 
 struct fixture {
-  sys_config cfg;
+  test::actor_config cfg{"sharing"};
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   std::shared_ptr<pushes> pushed = std::make_shared<pushes>();
@@ -322,7 +316,7 @@ TEST_CASE_FIXTURE(fixture, "a duplicate request id is refused") {
 }
 
 TEST_CASE("an inconsistent cluster description is refused") {
-  sys_config cfg;
+  test::actor_config cfg{"sharing"};
   caf::actor_system sys{cfg};
   scheduler_config sc;
   CHECK_FALSE(spawn_scheduler(sys, sc)); // no engines at all

@@ -11,6 +11,7 @@
 #include "actors/protocol/register.hpp"
 #include "actors/storage/prefetching_reader.hpp"
 #include "actors/storage/storage_reader.hpp"
+#include "tests/actors/actor_config.hpp"
 #include "tests/support/support.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/buffer_pool.hpp"
@@ -24,12 +25,6 @@ namespace {
 
 constexpr auto timeout = std::chrono::seconds(10);
 
-struct sys_config : caf::actor_system_config {
-  sys_config() {
-    actors::add_message_types(*this);
-  }
-};
-
 observer_actor::behavior_type forwarder(observer_actor::pointer,
                                         caf::actor sink) {
   return {
@@ -38,17 +33,6 @@ observer_actor::behavior_type forwarder(observer_actor::pointer,
       },
       [](event_atom, const event_record&) {},
   };
-}
-
-bool exact(const buffer_lease& l, const buffer_pool& pool,
-           const kv_geometry& geo) {
-  auto* p = pool.base() + l.region.offset;
-  for (uint32_t layer = 0; layer < geo.layers; ++layer)
-    if (!kv_check_layer(l.hash, layer, geo.block_tokens,
-                        geo.bytes_per_token_layer,
-                        p + layer * geo.layer_bytes()))
-      return false;
-  return true;
 }
 
 } // namespace
@@ -72,7 +56,7 @@ TEST_CASE("the next turn's blocks are prefetched and served from DRAM") {
   REQUIRE(populate(
       *store, {std::vector<uint32_t>(tokens.begin(),
                                      tokens.begin() + 2 * geo.block_tokens)}));
-  sys_config cfg;
+  test::actor_config cfg;
   caf::actor_system sys{cfg};
   caf::scoped_actor self{sys};
   auto file = geo.file_bytes();
@@ -146,7 +130,7 @@ TEST_CASE("the next turn's blocks are prefetched and served from DRAM") {
   for (uint32_t b = 0; b < 4; ++b) {
     CHECK(turn2.leases[b].block_index == b);
     CHECK(turn2.leases[b].hash == hashes[b]);
-    CHECK(exact(turn2.leases[b], **pool, geo));
+    CHECK(test::layers_exact(turn2.leases[b], **pool, geo));
   }
   release(turn2);
   for (int i = 0; i < 200 && value("dualpath_prefetch_hits_total") < 4; ++i)

@@ -19,6 +19,7 @@
 
 #include "actors/protocol/register.hpp"
 #include "actors/storage/storage_reader.hpp"
+#include "tests/actors/actor_config.hpp"
 #include "tests/support/support.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/buffer_pool.hpp"
@@ -79,10 +80,8 @@ caf::actor_system_config& with_types(caf::actor_system_config& cfg) {
 }
 
 // An actor system in simulated time (CAF's test coordinator).
-struct simulated_config : caf::actor_system_config {
-  simulated_config() {
-    actors::add_message_types(*this);
-    set("scheduler.policy", caf::atom("testing"));
+struct simulated_config : test::actor_config {
+  simulated_config() : test::actor_config("testing") {
   }
 };
 
@@ -117,13 +116,7 @@ bool lease_is_exact(const buffer_lease& l, const buffer_pool& pool,
   if (l.region.length != geo.payload_bytes()
       || l.region.base != reinterpret_cast<uint64_t>(pool.base()))
     return false;
-  auto* p = pool.base() + l.region.offset;
-  for (uint32_t layer = 0; layer < geo.layers; ++layer)
-    if (!kv_check_layer(l.hash, layer, geo.block_tokens,
-                        geo.bytes_per_token_layer,
-                        p + layer * geo.layer_bytes()))
-      return false;
-  return true;
+  return test::layers_exact(l, pool, geo);
 }
 
 } // namespace

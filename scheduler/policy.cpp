@@ -24,6 +24,18 @@ void commit_reads(cluster_state& st, uint32_t pe, uint32_t group,
   st.nodes[st.decode_groups[group].node].read_q += t * s.de_side_blocks();
 }
 
+fetch_decision commit_assignment(cluster_state& st, const request_info& r,
+                                 uint32_t pe, uint32_t group, read_mode reads) {
+  const auto& pn = st.nodes[st.prefill[pe].node];
+  const auto& dn = st.nodes[st.decode_groups[group].node];
+  auto s = plan_reads(reads, pn.read_q, pn.read_tokens_per_s, dn.read_q,
+                      dn.read_tokens_per_s, r.hit_blocks, r.block_tokens());
+  commit_prefill(st, pe, r, 0);
+  commit_reads(st, pe, group, r, s);
+  route_to_group(st, group, r);
+  return fetch_decision{r, pe, group, s};
+}
+
 dualpath_policy::dualpath_policy(policy_config cfg) : cfg_(cfg) {
 }
 
@@ -40,16 +52,9 @@ dualpath_policy::fetch(cluster_state& st, std::deque<request_info>& waiting,
     if (!pe)
       break; // FIFO: the head waits for the next fetch.
     auto g = choose_decode_group(st);
-    const auto& pn = st.nodes[st.prefill[*pe].node];
-    const auto& dn = st.nodes[st.decode_groups[g].node];
-    auto s = plan_reads(cfg_.reads, pn.read_q, pn.read_tokens_per_s, dn.read_q,
-                        dn.read_tokens_per_s, r.hit_blocks, r.block_tokens());
-    commit_prefill(st, *pe, r, 0);
-    commit_reads(st, *pe, g, r, s);
-    route_to_group(st, g, r);
+    out.assigned.push_back(commit_assignment(st, r, *pe, g, cfg_.reads));
     if (std::find(touched_.begin(), touched_.end(), g) == touched_.end())
       touched_.push_back(g);
-    out.assigned.push_back(fetch_decision{r, *pe, g, s});
     waiting.pop_front();
   }
   for (auto g : touched_) {

@@ -125,4 +125,11 @@ std::unique_ptr<placement_policy> make_policy(const policy_config& cfg);
 void commit_reads(cluster_state& st, uint32_t pe, uint32_t group,
                   const request_info& r, const read_split& s);
 
+/// Assigns `r` to prefill engine `pe` and decode group `group`: its reads
+/// split by `reads` over the two nodes' queues (plan_reads), then the
+/// prefill, the reads and the routing committed to `st`. Shared by the
+/// policies; returns the decision for fetch_result::assigned.
+fetch_decision commit_assignment(cluster_state& st, const request_info& r,
+                                 uint32_t pe, uint32_t group, read_mode reads);
+
 } // namespace dualpath::scheduler

@@ -33,16 +33,9 @@ round_robin_policy::fetch(cluster_state& st, std::deque<request_info>& waiting,
       break;
     auto g = group_cursor_ % groups;
     group_cursor_ = (g + 1) % groups;
-    const auto& pn = st.nodes[st.prefill[pe].node];
-    const auto& dn = st.nodes[st.decode_groups[g].node];
-    auto s = plan_reads(cfg_.reads, pn.read_q, pn.read_tokens_per_s, dn.read_q,
-                        dn.read_tokens_per_s, r.hit_blocks, r.block_tokens());
-    commit_prefill(st, pe, r, 0);
-    commit_reads(st, pe, g, r, s);
-    route_to_group(st, g, r);
+    out.assigned.push_back(commit_assignment(st, r, pe, g, cfg_.reads));
     if (std::find(touched_.begin(), touched_.end(), g) == touched_.end())
       touched_.push_back(g);
-    out.assigned.push_back(fetch_decision{r, pe, g, s});
     waiting.pop_front();
   }
   for (auto g : touched_) {

@@ -336,22 +336,20 @@ void engine_lost(self_ptr self, engine_role role, uint32_t index,
 
 caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
                                                scheduler_config cfg) {
-  std::vector<scheduler::engine_state> pe;
-  std::vector<scheduler::engine_state> de;
-  for (uint32_t i = 0; i < cfg.prefill.size(); ++i) {
-    scheduler::engine_state e;
-    e.id = i;
-    e.group = cfg.prefill[i].group;
-    e.node = cfg.prefill[i].node;
-    pe.push_back(e);
-  }
-  for (uint32_t i = 0; i < cfg.decode.size(); ++i) {
-    scheduler::engine_state e;
-    e.id = i;
-    e.group = cfg.decode[i].group;
-    e.node = cfg.decode[i].node;
-    de.push_back(e);
-  }
+  // The policies' view of one role's engines: index, group and node.
+  auto states_of = [](const auto& engines) {
+    std::vector<scheduler::engine_state> out;
+    for (uint32_t i = 0; i < engines.size(); ++i) {
+      scheduler::engine_state e;
+      e.id = i;
+      e.group = engines[i].group;
+      e.node = engines[i].node;
+      out.push_back(e);
+    }
+    return out;
+  };
+  auto pe = states_of(cfg.prefill);
+  auto de = states_of(cfg.decode);
   if (pe.empty() || de.empty())
     return caf::make_error(caf::sec::invalid_argument,
                            "scheduler needs at least one prefill and one "

@@ -104,36 +104,47 @@ double rel_err(double got, double want) {
 
 } // namespace
 
+namespace {
+
+// The trace statistics of each named workload (docs/workload.md).
+struct preset_row {
+  std::string_view name;
+  uint32_t turns;
+  uint32_t append_tokens;
+  uint32_t gen_tokens;
+  uint64_t context_tokens;
+  uint64_t max_len;
+};
+
+constexpr preset_row presets[] = {
+    {"trace-32k", 60, 608, 148, 17183, 32768},
+    {"trace-48k", 106, 474, 172, 25120, 49152},
+    {"trace-64k", 157, 429, 176, 32721, 65536},
+};
+
+} // namespace
+
 caf::expected<generator_params> preset(std::string_view name) {
-  generator_params p;
-  if (name == "trace-32k") {
-    p.turns = 60;
-    p.append_tokens = 608;
-    p.gen_tokens = 148;
-    p.context_tokens = 17183;
-    p.max_len = 32768;
-  } else if (name == "trace-48k") {
-    p.turns = 106;
-    p.append_tokens = 474;
-    p.gen_tokens = 172;
-    p.context_tokens = 25120;
-    p.max_len = 49152;
-  } else if (name == "trace-64k") {
-    p.turns = 157;
-    p.append_tokens = 429;
-    p.gen_tokens = 176;
-    p.context_tokens = 32721;
-    p.max_len = 65536;
-  } else {
-    return caf::make_error(workload_errc::bad_parameter,
-                           "unknown workload '" + std::string{name}
-                               + "' (known: trace-32k, trace-48k, trace-64k)");
-  }
-  return p;
+  for (auto& row : presets)
+    if (row.name == name) {
+      generator_params p;
+      p.turns = row.turns;
+      p.append_tokens = row.append_tokens;
+      p.gen_tokens = row.gen_tokens;
+      p.context_tokens = row.context_tokens;
+      p.max_len = row.max_len;
+      return p;
+    }
+  return caf::make_error(workload_errc::bad_parameter,
+                         "unknown workload '" + std::string{name}
+                             + "' (known: trace-32k, trace-48k, trace-64k)");
 }
 
 std::vector<std::string> preset_names() {
-  return {"trace-32k", "trace-48k", "trace-64k"};
+  std::vector<std::string> out;
+  for (auto& row : presets)
+    out.emplace_back(row.name);
+  return out;
 }
 
 caf::expected<generator_model> calibrate(const generator_params& p) {

@@ -6,6 +6,7 @@
 
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
+#include <caf/error.hpp>
 #include <caf/message.hpp>
 
 namespace dualpath::config {
@@ -28,6 +29,19 @@ void add_error_category(caf::actor_system_config& cfg, caf::atom_value category,
     }
     return str;
   });
+}
+
+/// The message of `err`: its context string when it carries one, else the
+/// name of its code when it is of `category` (the category of enum `E`),
+/// else CAF's rendering.
+template <class E>
+std::string error_message(const caf::error& err, caf::atom_value category) {
+  auto& ctx = err.context();
+  if (!ctx.empty() && ctx.match_element<std::string>(0))
+    return ctx.get_as<std::string>(0);
+  if (err.category() == category)
+    return to_string(static_cast<E>(err.code()));
+  return caf::to_string(err);
 }
 
 } // namespace dualpath::config

@@ -17,12 +17,7 @@ std::string to_string(config_errc x) {
 }
 
 std::string message_of(const caf::error& err) {
-  auto& ctx = err.context();
-  if (!ctx.empty() && ctx.match_element<std::string>(0))
-    return ctx.get_as<std::string>(0);
-  if (err.category() == caf::atom("dp_config"))
-    return to_string(static_cast<config_errc>(err.code()));
-  return caf::to_string(err);
+  return config::error_message<config_errc>(err, caf::atom("dp_config"));
 }
 
 void add_error_category(caf::actor_system_config& cfg) {

@@ -18,12 +18,7 @@ std::string to_string(workload_errc x) {
 }
 
 std::string message_of(const caf::error& err) {
-  auto& ctx = err.context();
-  if (!ctx.empty() && ctx.match_element<std::string>(0))
-    return ctx.get_as<std::string>(0);
-  if (err.category() == caf::atom("dp_wkload"))
-    return to_string(static_cast<workload_errc>(err.code()));
-  return caf::to_string(err);
+  return config::error_message<workload_errc>(err, caf::atom("dp_wkload"));
 }
 
 void add_error_category(caf::actor_system_config& cfg) {

@@ -160,19 +160,19 @@ caf::error poller::open() {
 }
 
 caf::error poller::add(int fd, uint32_t events, uint64_t token) {
-  epoll_event ev{};
-  ev.events = events;
-  ev.data.u64 = token;
-  return sys_check("epoll_ctl(ADD)",
-                   ::epoll_ctl(ep_.get(), EPOLL_CTL_ADD, fd, &ev));
+  return control("epoll_ctl(ADD)", EPOLL_CTL_ADD, fd, events, token);
 }
 
 caf::error poller::modify(int fd, uint32_t events, uint64_t token) {
+  return control("epoll_ctl(MOD)", EPOLL_CTL_MOD, fd, events, token);
+}
+
+caf::error poller::control(const char* call, int op, int fd, uint32_t events,
+                           uint64_t token) {
   epoll_event ev{};
   ev.events = events;
   ev.data.u64 = token;
-  return sys_check("epoll_ctl(MOD)",
-                   ::epoll_ctl(ep_.get(), EPOLL_CTL_MOD, fd, &ev));
+  return sys_check(call, ::epoll_ctl(ep_.get(), op, fd, &ev));
 }
 
 caf::error poller::remove(int fd) {

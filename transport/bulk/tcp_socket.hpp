@@ -101,6 +101,10 @@ public:
   caf::error drain_wake();
 
 private:
+  /// epoll_ctl(op) of `fd` for `events`, the error named `call`.
+  caf::error control(const char* call, int op, int fd, uint32_t events,
+                     uint64_t token);
+
   unique_fd ep_;
   unique_fd wake_;
 };

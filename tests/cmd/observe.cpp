@@ -33,6 +33,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cmd/small_cluster.hpp"
 #include "tests/support/support.hpp"
 
 using dualpath::test::background_process;
@@ -172,17 +173,12 @@ int raw_status(uint16_t port, const std::string& request) {
   return std::stoi(answer.substr(9, 3));
 }
 
+// `dualpath run` on the small cluster (tests/cmd/small_cluster.hpp), four
+// agents, its store in `dir`.
 std::vector<std::string> small_run(const temp_dir& dir,
                                    std::vector<std::string> extra) {
-  std::vector<std::string> args{
-      dualpath_binary(), "run", "--quiet", "--agents", "4", "--prefill-nodes",
-      "1", "--decode-nodes", "1", "--set", "hardware.gpus_per_node=2",
-      // Two-GPU nodes hold a 37e9-parameter
-      // model's weights, not DS-660B's.
-      "--set", "model.total_params=37e9", "--byte-scale", "656", "--store-dir",
-      dir.file("store")};
-  args.insert(args.end(), extra.begin(), extra.end());
-  return args;
+  extra.insert(extra.begin(), {"--store-dir", dir.file("store")});
+  return dualpath::test::small_cluster("run", "4", extra);
 }
 
 // Scrapes every 200 ms while `run` runs; returns the successful scrapes.

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/cmd/small_cluster.hpp"
 #include "tests/support/support.hpp"
 
 using dualpath::test::dualpath_binary;
@@ -22,23 +23,13 @@ using nlohmann::json;
 
 namespace {
 
-// A 1P1D cluster of 2 GPUs per node, a few agents, one replayed turn each;
-// byte scale 656 = one real byte per token and layer of ds-660b's KV.
+// `dualpath run` on the small cluster (tests/cmd/small_cluster.hpp), six
+// agents, 20 times faster than real time, its store in `dir`.
 std::vector<std::string> small_run(const temp_dir& dir,
                                    std::vector<std::string> extra) {
-  std::vector<std::string> args{
-      dualpath_binary(), "run", "--quiet", "--agents", "6", "--prefill-nodes",
-      "1", "--decode-nodes", "1", "--set", "hardware.gpus_per_node=2",
-      // Two-GPU nodes hold a 37e9-parameter
-      // model's weights, not DS-660B's.
-      "--set", "model.total_params=37e9", "--byte-scale", "656", "--time-scale",
-      "20", "--store-dir", dir.file("store")};
-  args.insert(args.end(), extra.begin(), extra.end());
-  if (std::find(extra.begin(), extra.end(), "--turns") == extra.end()) {
-    args.emplace_back("--turns");
-    args.emplace_back("2");
-  }
-  return args;
+  extra.insert(extra.begin(),
+               {"--time-scale", "20", "--store-dir", dir.file("store")});
+  return dualpath::test::small_cluster("run", "6", extra);
 }
 
 json run_json(const temp_dir& dir, std::vector<std::string> extra) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "scheduler/workload/generator.hpp"
+#include "tests/cmd/small_cluster.hpp"
 #include "tests/support/support.hpp"
 
 using dualpath::test::dualpath_binary;
@@ -21,23 +22,12 @@ using nlohmann::json;
 
 namespace {
 
-// The small cluster of tests/cmd/run.cpp: 1P1D of 2 GPUs per node, six
-// agents, two replayed turns each, ds-660b (one real byte per token and layer
-// where bytes do move).
+// `command` (run or sim) on the small cluster (tests/cmd/small_cluster.hpp),
+// six agents, JSON on stdout.
 std::vector<std::string> small(const std::string& command,
                                std::vector<std::string> extra) {
-  std::vector<std::string> args{
-      dualpath_binary(), command, "--quiet", "--json", "--agents", "6",
-      "--prefill-nodes", "1", "--decode-nodes", "1", "--set",
-      "hardware.gpus_per_node=2",
-      // A two-GPU node holds a 37e9-parameter model's weights, not DS-660B's.
-      "--set", "model.total_params=37e9", "--byte-scale", "656"};
-  args.insert(args.end(), extra.begin(), extra.end());
-  if (std::find(extra.begin(), extra.end(), "--turns") == extra.end()) {
-    args.emplace_back("--turns");
-    args.emplace_back("2");
-  }
-  return args;
+  extra.insert(extra.begin(), "--json");
+  return dualpath::test::small_cluster(command, "6", extra);
 }
 
 json run_json(std::vector<std::string> args) {

@@ -17,6 +17,7 @@
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/buffer_pool.hpp"
 #include "transport/storage/errors.hpp"
+#include "transport/storage/worker_pool.hpp"
 
 namespace dualpath::actors {
 
@@ -30,56 +31,6 @@ namespace {
 // its I/O workers (and its delayed pacing messages) send to it.
 using reader_impl =
     storage_reader_actor::extend<caf::reacts_to<done_atom, uint64_t>>;
-
-// Worker threads running disk I/O off the actor's thread. Joined on
-// destruction after the queued work ran (the actor's state owns it).
-class io_workers {
-public:
-  explicit io_workers(uint32_t n) {
-    for (uint32_t i = 0; i < n; ++i)
-      threads_.emplace_back([this] { run(); });
-  }
-
-  ~io_workers() {
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      stopping_ = true;
-    }
-    cv_.notify_all();
-    for (auto& t : threads_)
-      t.join();
-  }
-
-  void post(std::function<void()> f) {
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      tasks_.push_back(std::move(f));
-    }
-    cv_.notify_one();
-  }
-
-private:
-  void run() {
-    for (;;) {
-      std::function<void()> f;
-      {
-        std::unique_lock<std::mutex> lock{mtx_};
-        cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
-        if (tasks_.empty())
-          return;
-        f = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      f();
-    }
-  }
-
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
 
 // One block read or one persisted block. The worker fills `err` and sets
 // nothing else; the actor reads it only after the done message arrived
@@ -126,8 +77,9 @@ struct pending_read {
 
 struct reader_state {
   storage_reader_config cfg;
-  std::unique_ptr<io_workers> workers; // joined first on destruction
-  std::deque<uint64_t> fifo;           // requests with blocks left to issue
+  std::unique_ptr<transport::storage::worker_pool>
+      workers;               // joined first on destruction
+  std::deque<uint64_t> fifo; // requests with blocks left to issue
   std::unordered_map<uint64_t, pending_read> reads;
   std::unordered_map<uint64_t, std::shared_ptr<io_job>> jobs;
   // Leases by pool slot: a lease id is (generation << 32) | slot, so
@@ -650,7 +602,8 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   if (st.cfg.io_threads > 0)
-    st.workers = std::make_unique<io_workers>(st.cfg.io_threads);
+    st.workers =
+        std::make_unique<transport::storage::worker_pool>(st.cfg.io_threads);
   if (st.cfg.max_inflight == 0)
     st.cfg.max_inflight = 1;
   // Runs exist only where blocks complete together (pump_modeled).

@@ -185,6 +185,18 @@ caf::error posix_make_dir(const std::string& dir) {
   return sys_error("mkdir", dir, errno);
 }
 
+posix_file_backend::posix_file_backend(std::string name, uint32_t depth)
+    : name_(std::move(name)), depth_(depth) {
+}
+
+std::string posix_file_backend::name() const {
+  return name_;
+}
+
+uint32_t posix_file_backend::queue_depth() const {
+  return depth_;
+}
+
 caf::error posix_file_backend::write_atomic(const std::string& path,
                                             const std::byte* data, size_t len,
                                             durability sync) {

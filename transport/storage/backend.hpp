@@ -104,13 +104,22 @@ public:
 /// A backend on the local file system that writes, lists and creates
 /// directories with the POSIX helpers below (posix_write_atomic, posix_list,
 /// posix_make_dir); its subclasses differ only in how they read (io_uring,
-/// pread).
+/// pread) and name the backend and its depth when constructed.
 class posix_file_backend : public storage_backend {
 public:
+  std::string name() const override;
+  uint32_t queue_depth() const override;
   caf::error write_atomic(const std::string& path, const std::byte* data,
                           size_t len, durability sync) override;
   caf::expected<std::vector<std::string>> list(const std::string& dir) override;
   caf::error make_dir(const std::string& dir) override;
+
+protected:
+  posix_file_backend(std::string name, uint32_t depth);
+
+private:
+  std::string name_;
+  uint32_t depth_;
 };
 
 using backend_ptr = std::shared_ptr<storage_backend>;

@@ -41,20 +41,12 @@ io_uring_backend::make(uint32_t queue_depth) {
 }
 
 io_uring_backend::io_uring_backend(ring_ptr ring, uint32_t depth)
-    : depth_(depth) {
+    : posix_file_backend("io_uring", depth) {
   free_rings_.push_back(std::move(ring));
 }
 
 io_uring_backend::~io_uring_backend() {
   // nop (rings are torn down by their deleters)
-}
-
-std::string io_uring_backend::name() const {
-  return "io_uring";
-}
-
-uint32_t io_uring_backend::queue_depth() const {
-  return depth_;
 }
 
 std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
@@ -77,7 +69,7 @@ std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
     }
   }
   if (!owned) {
-    auto fresh = make_ring(depth_);
+    auto fresh = make_ring(queue_depth());
     if (!fresh)
       return std::vector<read_result>(ops.size(), read_result{fresh.error()});
     owned = std::move(*fresh);
@@ -115,12 +107,12 @@ std::vector<read_result> io_uring_backend::read(const std::vector<read_op>& ops,
   for (;;) {
     // Fill the ring up to its depth: continuations first, then new ops.
     uint32_t prepared = 0;
-    while (inflight < depth_ && !resubmit.empty()) {
+    while (inflight < queue_depth() && !resubmit.empty()) {
       prep(resubmit.front());
       resubmit.pop_front();
       ++prepared;
     }
-    while (inflight < depth_ && next < ops.size()) {
+    while (inflight < queue_depth() && next < ops.size()) {
       auto i = next++;
       auto fd = posix_open_read(ops[i].path, mode);
       if (!fd) {

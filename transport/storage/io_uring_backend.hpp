@@ -29,8 +29,6 @@ public:
 
   ~io_uring_backend() override;
 
-  std::string name() const override;
-  uint32_t queue_depth() const override;
   std::vector<read_result> read(const std::vector<read_op>& ops,
                                 io_mode mode) override;
 
@@ -46,7 +44,6 @@ private:
 
   std::mutex mtx_;
   std::vector<ring_ptr> free_rings_;
-  uint32_t depth_;
 };
 
 } // namespace dualpath::transport::storage

@@ -48,42 +48,12 @@ std::unique_ptr<pread_backend> pread_backend::make(uint32_t queue_depth) {
       new pread_backend(queue_depth == 0 ? 1 : queue_depth)};
 }
 
-pread_backend::pread_backend(uint32_t depth) : depth_(depth) {
-  for (uint32_t i = 0; i < depth_; ++i)
-    workers_.emplace_back([this] { run_worker(); });
+pread_backend::pread_backend(uint32_t depth)
+    : posix_file_backend("pread", depth), workers_(depth) {
 }
 
 pread_backend::~pread_backend() {
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    stopping_ = true;
-  }
-  cv_.notify_all();
-  for (auto& w : workers_)
-    w.join();
-}
-
-void pread_backend::run_worker() {
-  for (;;) {
-    std::function<void()> task;
-    {
-      std::unique_lock<std::mutex> lock{mtx_};
-      cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
-      if (tasks_.empty())
-        return;
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
-    }
-    task();
-  }
-}
-
-std::string pread_backend::name() const {
-  return "pread";
-}
-
-uint32_t pread_backend::queue_depth() const {
-  return depth_;
+  // nop (the pool joins its threads)
 }
 
 std::vector<read_result> pread_backend::read(const std::vector<read_op>& ops,
@@ -91,12 +61,12 @@ std::vector<read_result> pread_backend::read(const std::vector<read_op>& ops,
   std::vector<read_result> results(ops.size(), read_result{size_t{0}});
   if (ops.empty())
     return results;
-  // Each of up to depth_ tasks pulls the next op until all are taken; the
-  // caller waits until the last task has finished.
+  // Each of up to queue_depth() tasks pulls the next op until all are taken;
+  // the caller waits until the last task has finished.
   std::atomic<size_t> next{0};
   std::mutex done_mtx;
   std::condition_variable done_cv;
-  size_t tasks = std::min<size_t>(depth_, ops.size());
+  size_t tasks = std::min<size_t>(queue_depth(), ops.size());
   size_t running = tasks;
   auto task = [&] {
     for (size_t i = next++; i < ops.size(); i = next++)
@@ -105,12 +75,8 @@ std::vector<read_result> pread_backend::read(const std::vector<read_op>& ops,
     if (--running == 0)
       done_cv.notify_all();
   };
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    for (size_t i = 0; i < tasks; ++i)
-      tasks_.emplace_back(task);
-  }
-  cv_.notify_all();
+  for (size_t i = 0; i < tasks; ++i)
+    workers_.post(task);
   std::unique_lock<std::mutex> lock{done_mtx};
   done_cv.wait(lock, [&] { return running == 0; });
   return results;

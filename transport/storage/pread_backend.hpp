@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "transport/storage/backend.hpp"
+#include "transport/storage/worker_pool.hpp"
 
 namespace dualpath::transport::storage {
 
@@ -24,22 +25,13 @@ public:
 
   ~pread_backend() override;
 
-  std::string name() const override;
-  uint32_t queue_depth() const override;
   std::vector<read_result> read(const std::vector<read_op>& ops,
                                 io_mode mode) override;
 
 private:
   explicit pread_backend(uint32_t depth);
 
-  void run_worker();
-
-  uint32_t depth_;
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  bool stopping_ = false;
-  std::vector<std::thread> workers_; // last: joined before the queue dies
+  worker_pool workers_;
 };
 
 } // namespace dualpath::transport::storage

@@ -17,6 +17,10 @@ std::string to_string(tcp_cpu_sched x) {
   return config::name_of(x, tcp_cpu_sched_names, "tcp_cpu_sched");
 }
 
+bool from_string(std::string_view str, tcp_cpu_sched& x) {
+  return config::parse_name(str, tcp_cpu_sched_names, x);
+}
+
 local_registration::local_registration(local_registration&& other) noexcept
     : lkey(other.lkey),
       owner_(std::exchange(other.owner_, nullptr)),
@@ -77,6 +81,16 @@ caf::error backend::validate(const batch& b) {
 void post_defaults(batch& b, const options& opts) {
   if (b.deadline == clock_type::time_point{})
     b.deadline = clock_type::now() + opts.default_deadline;
+}
+
+caf::error check_host_region(const std::string& backend, const void* ptr,
+                             uint64_t len, memory_kind kind) {
+  if (kind != memory_kind::host)
+    return caf::make_error(transport_errc::unsupported,
+                           backend + " backend registers host memory only");
+  if (ptr == nullptr || len == 0)
+    return caf::make_error(transport_errc::out_of_bounds, "empty region");
+  return caf::none;
 }
 
 caf::expected<backend_choice>

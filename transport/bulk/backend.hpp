@@ -26,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <caf/error.hpp>
@@ -247,6 +248,9 @@ enum class tcp_cpu_sched : uint8_t {
 
 std::string to_string(tcp_cpu_sched x);
 
+/// Sets `x` to the policy named `str` (normal, batch, idle); false if none is.
+bool from_string(std::string_view str, tcp_cpu_sched& x);
+
 /// Settings of every backend (`transport.*` config keys).
 struct options {
   std::string backend = "auto"; ///< auto|verbs|tcp|local.
@@ -349,5 +353,11 @@ make_backend(const options& opts,
 
 /// Fills a zero deadline with now + opts.default_deadline.
 void post_defaults(batch& b, const options& opts);
+
+/// What a backend that registers host memory only checks first in
+/// register_region: unsupported for any other memory (naming `backend`),
+/// out_of_bounds for an empty region.
+caf::error check_host_region(const std::string& backend, const void* ptr,
+                             uint64_t len, memory_kind kind);
 
 } // namespace dualpath::transport::bulk

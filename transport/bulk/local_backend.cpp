@@ -83,11 +83,8 @@ public:
 
   caf::expected<local_registration>
   register_region(void* ptr, uint64_t len, memory_kind kind, int) override {
-    if (kind != memory_kind::host)
-      return caf::make_error(transport_errc::unsupported,
-                             "local backend registers host memory only");
-    if (ptr == nullptr || len == 0)
-      return caf::make_error(transport_errc::out_of_bounds, "empty region");
+    if (auto err = check_host_region("local", ptr, len, kind))
+      return err;
     auto desc = regions_.add(opts_.node, ptr, len);
     return local_registration{this, ptr, len, kind, std::move(desc)};
   }

@@ -51,11 +51,8 @@ public:
 
   caf::expected<local_registration>
   register_region(void* ptr, uint64_t len, memory_kind kind, int) override {
-    if (kind != memory_kind::host)
-      return caf::make_error(transport_errc::unsupported,
-                             "modeled backend registers host memory only");
-    if (ptr == nullptr || len == 0)
-      return caf::make_error(transport_errc::out_of_bounds, "empty region");
+    if (auto err = check_host_region("modeled", ptr, len, kind))
+      return err;
     std::lock_guard<std::mutex> guard{fabric_->mtx};
     auto id = next_id_++;
     fabric_->regions[opts_.node][id] = len;

@@ -45,13 +45,7 @@ caf::expected<options> options_from(const config::settings& cfg,
   o.verbs_handshake_port =
       static_cast<uint16_t>(cfg.integer("transport.verbs_handshake_port"));
   const auto& sched = cfg.string("transport.tcp_kv_sched");
-  if (sched == "idle")
-    o.tcp_kv_sched = tcp_cpu_sched::idle;
-  else if (sched == "batch")
-    o.tcp_kv_sched = tcp_cpu_sched::batch;
-  else if (sched == "normal")
-    o.tcp_kv_sched = tcp_cpu_sched::normal;
-  else
+  if (!from_string(sched, o.tcp_kv_sched))
     return caf::make_error(transport_errc::bad_config,
                            "transport.tcp_kv_sched must be idle, batch or "
                            "normal, got "

@@ -56,11 +56,8 @@ public:
 
   caf::expected<local_registration>
   register_region(void* ptr, uint64_t len, memory_kind kind, int) override {
-    if (kind != memory_kind::host)
-      return caf::make_error(transport_errc::unsupported,
-                             "tcp backend registers host memory only");
-    if (ptr == nullptr || len == 0)
-      return caf::make_error(transport_errc::out_of_bounds, "empty region");
+    if (auto err = check_host_region("tcp", ptr, len, kind))
+      return err;
     auto desc = ctx_.regions.add(ctx_.opts.node, ptr, len);
     return local_registration{this, ptr, len, kind, std::move(desc)};
   }

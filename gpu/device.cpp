@@ -300,10 +300,8 @@ void device::release_handle(handle_kind kind, void* ptr, size_t size) noexcept {
 }
 
 caf::expected<pool_location> device::locate(const device_buffer& buf) const {
-  if (!buf.valid() || buf.owner() != this)
-    return caf::make_error(gpu_errc::invalid_handle,
-                           "locate: buffer is empty or belongs to another "
-                           "device");
+  if (auto err = check_owned(buf, "locate: buffer"))
+    return err;
   std::lock_guard<std::mutex> guard{accounting_->mtx};
   auto& pool = accounting_->pool;
   auto slab = pool.slab_of(buf.data(), buf.size());
@@ -378,10 +376,7 @@ caf::expected<event> device::make_event() {
 }
 
 caf::error device::check_stream(const stream& s) const {
-  if (!s.valid() || s.owner() != this)
-    return caf::make_error(gpu_errc::invalid_handle,
-                           "stream is empty or belongs to another device");
-  return caf::none;
+  return check_owned(s, "stream");
 }
 
 caf::error device::translate(const std::vector<copy_chunk>& chunks,
@@ -449,56 +444,49 @@ caf::error device::submit_copy(direction dir,
   return caf::none;
 }
 
+caf::error device::copy(const char* what, direction dir, bool handles_ok,
+                        const std::byte* src, size_t src_size, std::byte* dst,
+                        size_t dst_size, const std::vector<copy_chunk>& chunks,
+                        stream& s, copy_method method) {
+  if (auto err = check_copy(what, handles_ok, s, method))
+    return err;
+  std::vector<raw_chunk> raw;
+  if (auto err = translate(chunks, src, src_size, dst, dst_size, raw))
+    return err;
+  return submit_copy(dir, raw, s, method);
+}
+
 caf::error device::copy_h2d(const pinned_host& src, device_buffer& dst,
                             const std::vector<copy_chunk>& chunks, stream& s,
                             copy_method method) {
-  if (auto err = check_copy("copy_h2d",
-                            src.valid() && src.owner() == this && dst.valid()
-                                && dst.owner() == this,
-                            s, method))
-    return err;
-  std::vector<raw_chunk> raw;
-  if (auto err = translate(chunks, src.data(), src.size(), dst.data(),
-                           dst.size(), raw))
-    return err;
-  return submit_copy(direction::h2d, raw, s, method);
+  return copy("copy_h2d", direction::h2d, owns(src) && owns(dst), src.data(),
+              src.size(), dst.data(), dst.size(), chunks, s, method);
 }
 
 caf::error device::copy_d2h(const device_buffer& src, pinned_host& dst,
                             const std::vector<copy_chunk>& chunks, stream& s,
                             copy_method method) {
-  if (auto err = check_copy("copy_d2h",
-                            src.valid() && src.owner() == this && dst.valid()
-                                && dst.owner() == this,
-                            s, method))
-    return err;
-  std::vector<raw_chunk> raw;
-  if (auto err = translate(chunks, src.data(), src.size(), dst.data(),
-                           dst.size(), raw))
-    return err;
-  return submit_copy(direction::d2h, raw, s, method);
+  return copy("copy_d2h", direction::d2h, owns(src) && owns(dst), src.data(),
+              src.size(), dst.data(), dst.size(), chunks, s, method);
 }
 
 caf::error device::record(event& e, stream& s) {
-  if (!e.valid() || e.owner() != this)
-    return caf::make_error(gpu_errc::invalid_handle,
-                           "event is empty or belongs to another device");
+  if (auto err = check_owned(e, "event"))
+    return err;
   if (auto err = check_stream(s))
     return err;
   return do_record(e.native(), s.native());
 }
 
 caf::expected<bool> device::query(const event& e) {
-  if (!e.valid() || e.owner() != this)
-    return caf::make_error(gpu_errc::invalid_handle,
-                           "event is empty or belongs to another device");
+  if (auto err = check_owned(e, "event"))
+    return err;
   return do_query(e.native());
 }
 
 caf::error device::synchronize(const event& e) {
-  if (!e.valid() || e.owner() != this)
-    return caf::make_error(gpu_errc::invalid_handle,
-                           "event is empty or belongs to another device");
+  if (auto err = check_owned(e, "event"))
+    return err;
   count_host_wait();
   return do_synchronize_event(e.native());
 }
@@ -512,10 +500,8 @@ caf::error device::synchronize(stream& s) {
 
 caf::error device::notify(const event& e, stream& s,
                           std::function<void()> done) {
-  if (!e.valid() || e.owner() != this)
-    return caf::make_error(gpu_errc::invalid_handle,
-                           "notify: event is empty or belongs to another "
-                           "device");
+  if (auto err = check_owned(e, "notify: event"))
+    return err;
   if (auto err = check_stream(s))
     return err;
   if (!done)
@@ -527,10 +513,8 @@ caf::error device::notify(const event& e, stream& s,
 caf::expected<uint64_t> device::checksum(const device_buffer& buf,
                                          size_t offset, size_t length,
                                          stream& s) {
-  if (!buf.valid() || buf.owner() != this)
-    return caf::make_error(gpu_errc::invalid_handle,
-                           "checksum: buffer is empty or belongs to another "
-                           "device");
+  if (auto err = check_owned(buf, "checksum: buffer"))
+    return err;
   if (auto err = check_stream(s))
     return err;
   if (offset > buf.size() || length > buf.size() - offset)
@@ -609,21 +593,18 @@ caf::expected<device_selection> make_device(const device_options& opts) {
     return to_string(dev.capabilities().kind) + " (" + dev.capabilities().name
            + ", HBM budget " + std::to_string(dev.hbm_budget()) + " B)";
   };
+  auto as_configured = [&](caf::expected<std::shared_ptr<device>> dev)
+      -> caf::expected<device_selection> {
+    if (!dev)
+      return std::move(dev.error());
+    auto reason = prefix + summary(**dev) + " as configured";
+    return device_selection{std::move(*dev), std::move(reason)};
+  };
   switch (opts.backend) {
-    case backend_choice::host: {
-      auto dev = make_host_device(opts);
-      if (!dev)
-        return std::move(dev.error());
-      auto reason = prefix + summary(**dev) + " as configured";
-      return device_selection{std::move(*dev), std::move(reason)};
-    }
-    case backend_choice::cuda: {
-      auto dev = make_cuda_device(opts);
-      if (!dev)
-        return std::move(dev.error());
-      auto reason = prefix + summary(**dev) + " as configured";
-      return device_selection{std::move(*dev), std::move(reason)};
-    }
+    case backend_choice::host:
+      return as_configured(make_host_device(opts));
+    case backend_choice::cuda:
+      return as_configured(make_cuda_device(opts));
     case backend_choice::automatic:
       break;
   }

@@ -572,6 +572,28 @@ private:
                        size_t dst_size, std::vector<raw_chunk>& out) const;
   caf::error submit_copy(direction dir, const std::vector<raw_chunk>& chunks,
                          stream& s, copy_method method);
+  /// check_copy, translate and submit_copy: a whole copy_h2d or copy_d2h.
+  caf::error copy(const char* what, direction dir, bool handles_ok,
+                  const std::byte* src, size_t src_size, std::byte* dst,
+                  size_t dst_size, const std::vector<copy_chunk>& chunks,
+                  stream& s, copy_method method);
+
+  /// Whether `h` holds something of this device.
+  template <class Handle>
+  bool owns(const Handle& h) const {
+    return h.valid() && h.owner() == this;
+  }
+
+  /// invalid_handle ("<what> is empty or belongs to another device") unless
+  /// `h` holds something of this device.
+  template <class Handle>
+  caf::error check_owned(const Handle& h, const char* what) const {
+    if (owns(h))
+      return caf::none;
+    return caf::make_error(gpu_errc::invalid_handle,
+                           std::string{what}
+                               + " is empty or belongs to another device");
+  }
 
   uint64_t budget_;
   struct accounting;

@@ -63,8 +63,8 @@ TEST_CASE("cuda backend: capabilities of a real device") {
   CHECK_EQ(capped->hbm_budget(), caps.total_memory);
 }
 
-TEST_CASE("cuda backend: scattered Layer Block rows copy byte-exact") {
-  checks::copies_are_byte_exact(make_cuda, copy_method::per_chunk);
+TEST_CASE("cuda backend: the checks every backend passes") {
+  checks::every_backend_passes(make_cuda);
 }
 
 TEST_CASE("cuda backend: batched copies (cudaMemcpyBatchAsync)") {
@@ -101,18 +101,6 @@ TEST_CASE("cuda backend: with the batch API off, copies go per chunk") {
   checks::bad_arguments_are_errors(make_off);
 }
 
-TEST_CASE("cuda backend: notify runs after the work, from the driver") {
-  checks::notify_runs_after_work(make_cuda);
-}
-
-TEST_CASE("cuda backend: segment checksums are computed on the device") {
-  checks::segment_checksums_match(make_cuda);
-}
-
-TEST_CASE("cuda backend: the pool allocates without backend calls or waits") {
-  checks::pool_allocates_without_waits(make_cuda);
-}
-
 TEST_CASE("cuda backend: a pool slab exports as dma-buf where supported") {
   device_options opts;
   opts.backend = backend_choice::cuda;
@@ -138,18 +126,6 @@ TEST_CASE("cuda backend: a pool slab exports as dma-buf where supported") {
   CHECK_EQ(fd->base(), dev->slabs()[0].base);
   CHECK_EQ(fd->size(), dev->slabs()[0].size);
   CHECK(dev->export_dmabuf(1).error() == gpu_errc::out_of_bounds);
-}
-
-TEST_CASE("cuda backend: events complete after the work before them") {
-  checks::events_complete_after_work(make_cuda);
-}
-
-TEST_CASE("cuda backend: the HBM budget refuses allocations beyond it") {
-  checks::budget_is_enforced(make_cuda);
-}
-
-TEST_CASE("cuda backend: bad arguments are errors") {
-  checks::bad_arguments_are_errors(make_cuda);
 }
 
 TEST_CASE("cuda backend: the device checksum sees corruption in HBM") {

@@ -401,4 +401,30 @@ inline void pool_allocates_without_waits(const factory& make) {
   CHECK_EQ(dev->stats().slabs, base.slabs);
 }
 
+/// The checks above that hold for every backend alike, one subcase each;
+/// a suite runs them as one test case for its backend.
+inline void every_backend_passes(const factory& make) {
+  SUBCASE("scattered Layer Block rows copy byte-exact") {
+    copies_are_byte_exact(make, copy_method::per_chunk);
+  }
+  SUBCASE("events complete after the work before them") {
+    events_complete_after_work(make);
+  }
+  SUBCASE("the HBM budget refuses allocations beyond it") {
+    budget_is_enforced(make);
+  }
+  SUBCASE("bad arguments are errors") {
+    bad_arguments_are_errors(make);
+  }
+  SUBCASE("notify runs after the work") {
+    notify_runs_after_work(make);
+  }
+  SUBCASE("segment checksums match the host reference") {
+    segment_checksums_match(make);
+  }
+  SUBCASE("the pool allocates without backend calls or waits") {
+    pool_allocates_without_waits(make);
+  }
+}
+
 } // namespace dualpath::gpu::checks

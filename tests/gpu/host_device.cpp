@@ -27,8 +27,8 @@ std::shared_ptr<device> make_host(uint64_t budget) {
 
 } // namespace
 
-TEST_CASE("host backend: scattered Layer Block rows copy byte-exact") {
-  checks::copies_are_byte_exact(make_host, copy_method::per_chunk);
+TEST_CASE("host backend: the checks every backend passes") {
+  checks::every_backend_passes(make_host);
 }
 
 TEST_CASE("host backend: batched copies are byte-exact too") {
@@ -36,28 +36,7 @@ TEST_CASE("host backend: batched copies are byte-exact too") {
   checks::copies_are_byte_exact(make_host, copy_method::batched);
 }
 
-TEST_CASE("host backend: events complete after the work before them") {
-  checks::events_complete_after_work(make_host);
-}
-
-TEST_CASE("host backend: the HBM budget refuses allocations beyond it") {
-  checks::budget_is_enforced(make_host);
-}
-
-TEST_CASE("host backend: bad arguments are errors") {
-  checks::bad_arguments_are_errors(make_host);
-}
-
-TEST_CASE("host backend: notify runs after the work, on the stream") {
-  checks::notify_runs_after_work(make_host);
-}
-
-TEST_CASE("host backend: segment checksums equal the host reference") {
-  checks::segment_checksums_match(make_host);
-}
-
-TEST_CASE("host backend: the pool allocates without backend calls or waits") {
-  checks::pool_allocates_without_waits(make_host);
+TEST_CASE("host backend: a reserved pool is one slab") {
   // A reserved pool is one slab taken at creation: allocations up to the
   // budget add none, and an engine's whole HBM is one region.
   device_options opts;

@@ -5,10 +5,12 @@
 #include "actors/engines/streamer/layer_streamer.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <caf/actor_cast.hpp>
@@ -69,6 +71,14 @@ struct chunk_run {
   // Real plane: the payload of every PE-side block (index < pe_side).
   std::vector<const std::byte*> pe_block;
 };
+
+// The token ranges [first, last) of a chunk's layer that go to its decode
+// node, in order: the PE-side hits with the request's first chunk (empty
+// otherwise), then the new tokens.
+std::array<std::pair<uint32_t, uint32_t>, 2> sent_ranges(const step_chunk& p) {
+  return {
+      {{0, p.send_hits ? p.pe_side_tokens : 0}, {p.first, p.first + p.tokens}}};
+}
 
 struct lane_run {
   std::vector<chunk_run> chunks;
@@ -448,10 +458,7 @@ void start_send(self_ptr self, uint32_t l) {
       if (c.failed)
         continue;
       auto& p = c.plan;
-      std::pair<uint32_t, uint32_t> ranges[2] = {
-          {0, p.send_hits ? p.pe_side_tokens : 0},
-          {p.first, p.first + p.tokens}};
-      for (auto [first, last] : ranges) {
+      for (auto [first, last] : sent_ranges(p)) {
         if (first >= last)
           continue;
         tokens += last - first;
@@ -702,19 +709,16 @@ void on_sent(self_ptr self, uint64_t step, uint32_t l) {
       auto& note = notes[p.decode_actor];
       note.layer = l;
       note.done_ns = done_ns;
-      auto add = [&](uint32_t first, uint32_t last) {
+      for (auto [first, last] : sent_ranges(p)) {
         if (first >= last)
-          return;
+          continue;
         layer_chunk x;
         x.request_id = p.request_id;
         x.first_token = first;
         x.tokens = last - first;
         x.bytes = moves_bytes(cfg) ? uint64_t{x.tokens} * bpt(cfg) : 0;
         note.chunks.push_back(x);
-      };
-      if (p.send_hits)
-        add(0, p.pe_side_tokens);
-      add(p.first, p.first + p.tokens);
+      }
     }
   for (auto& [de, note] : notes)
     if (!moves_bytes(cfg) || !note.chunks.empty()) {

@@ -36,6 +36,30 @@ struct receiver_process {
 };
 
 /// Forks the receiver; `o` are its tcp options (node becomes "receiver").
+/// What a receiver child tells its parent on the pipe: how to reach it and
+/// where its region is ("<details for the sender> <region id> <key>
+/// <base>\n").
+inline std::string
+receiver_line(transport::bulk::backend& be,
+              const transport::bulk::local_registration& reg) {
+  auto d = be.details_for("sender");
+  std::string msg{d->begin(), d->end()};
+  msg += " " + std::to_string(reg.id()) + " "
+         + std::to_string(reg.describe().key) + " "
+         + std::to_string(reg.describe().base) + "\n";
+  return msg;
+}
+
+/// The line a child wrote on `fd`, up to its newline; closes `fd`.
+inline std::string read_line(int fd) {
+  std::string line;
+  char ch;
+  while (::read(fd, &ch, 1) == 1 && ch != '\n')
+    line += ch;
+  ::close(fd);
+  return line;
+}
+
 inline bool fork_receiver(uint64_t len, transport::bulk::options o,
                           receiver_process& out) {
   int fds[2];
@@ -54,23 +78,14 @@ inline bool fork_receiver(uint64_t len, transport::bulk::options o,
     auto reg = (*be)->register_region(buf.data(), buf.size());
     if (!reg)
       _exit(1);
-    auto d = (*be)->details_for("sender");
-    std::string msg{d->begin(), d->end()};
-    msg += " " + std::to_string(reg->id()) + " "
-           + std::to_string(reg->describe().key) + " "
-           + std::to_string(reg->describe().base) + "\n";
+    auto msg = receiver_line(**be, *reg);
     if (::write(fds[1], msg.data(), msg.size()) < 0)
       _exit(1);
     for (;;)
       ::pause();
   }
   ::close(fds[1]);
-  std::string line;
-  char ch;
-  while (::read(fds[0], &ch, 1) == 1 && ch != '\n')
-    line += ch;
-  ::close(fds[0]);
-  std::istringstream in{line};
+  std::istringstream in{read_line(fds[0])};
   in >> out.address >> out.region.region_id >> out.region.key
       >> out.region.base;
   out.region.node = "receiver";
@@ -83,15 +98,8 @@ inline bool fork_receiver(uint64_t len, transport::bulk::options o,
 /// `--slice-kib N`); false when `key` is none of them.
 inline bool tcp_option_flag(const std::string& key, const std::string& value,
                             transport::bulk::options& o) {
-  using transport::bulk::tcp_cpu_sched;
   if (key == "--kv-sched") {
-    if (value == "idle")
-      o.tcp_kv_sched = tcp_cpu_sched::idle;
-    else if (value == "batch")
-      o.tcp_kv_sched = tcp_cpu_sched::batch;
-    else if (value == "normal")
-      o.tcp_kv_sched = tcp_cpu_sched::normal;
-    else
+    if (!transport::bulk::from_string(value, o.tcp_kv_sched))
       return false;
   } else if (key == "--kv-nice") {
     o.tcp_kv_nice = std::atoi(value.c_str());

@@ -77,10 +77,7 @@ options verbs_options(const char* node, const char* device_env) {
   auto reg = (*be)->register_region(buf.data(), buf.size());
   if (!reg)
     _exit(1);
-  auto d = (*be)->details_for("sender");
-  std::string msg{d->begin(), d->end()};
-  msg += " " + std::to_string(reg->id()) + " "
-         + std::to_string(reg->describe().key) + "\n";
+  auto msg = bench::receiver_line(**be, *reg);
   if (::write(fd, msg.data(), msg.size()) < 0)
     _exit(1);
   for (;;)
@@ -172,12 +169,7 @@ int main(int argc, char** argv) {
     receiver(fds[1]);
   }
   ::close(fds[1]);
-  std::string line;
-  char ch;
-  while (::read(fds[0], &ch, 1) == 1 && ch != '\n')
-    line += ch;
-  ::close(fds[0]);
-  std::istringstream in{line};
+  std::istringstream in{bench::read_line(fds[0])};
   std::string details;
   transport::remote_region dst;
   in >> details >> dst.region_id >> dst.key;

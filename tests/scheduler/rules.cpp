@@ -31,14 +31,13 @@ engine_state pe(uint32_t id, uint32_t node, uint64_t tok, uint64_t read_q) {
   return e;
 }
 
+// A decode engine: pe() on `node` with an empty read queue, then its group,
+// sequence number and free HBM.
 engine_state de(uint32_t id, uint32_t group, uint32_t node, uint32_t seq,
                 uint64_t tok, uint64_t free_hbm) {
-  engine_state e;
-  e.id = id;
+  auto e = pe(id, node, tok, 0);
   e.group = group;
-  e.node = node;
   e.seq = seq;
-  e.tok = tok;
   e.free_hbm_bytes = free_hbm;
   return e;
 }

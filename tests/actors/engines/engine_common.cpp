@@ -46,11 +46,7 @@ read_completion read_via(caf::actor_system& sys,
 TEST_CASE("read_blocks: the reader's answer, or every block failed") {
   test::temp_dir dir{"dp-common"};
   kv_geometry geo{2, 16, 8};
-  auto backend = make_backend(backend_config{backend_kind::automatic, 4});
-  REQUIRE(backend);
-  auto store = block_store::open(store_config{dir.path(), "m", geo}, *backend);
-  REQUIRE(store);
-  std::shared_ptr<block_store> shared{std::move(*store)};
+  auto shared = test::open_store(dir, geo, 4);
   std::vector<uint32_t> prompt;
   for (uint32_t i = 0; i < 3 * geo.block_tokens; ++i)
     prompt.push_back(1000 + i);

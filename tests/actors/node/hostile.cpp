@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/actors/node/deployment.hpp"
+#include "tests/transport/bulk/raw_client.hpp"
 #include "transport/bulk/tcp_wire.hpp"
 
 using namespace dualpath::test;
@@ -54,19 +55,7 @@ std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
 
 // The client side of the bulk handshake with `secret`; true if welcomed.
 bool bulk_auth(int fd, const std::string& secret) {
-  wire::challenge ch{};
-  if (::recv(fd, &ch, sizeof(ch), MSG_WAITALL) != sizeof(ch))
-    return false;
-  wire::hello h{};
-  h.magic = wire::auth_magic;
-  h.version = wire::version;
-  h.tclass = 0;
-  std::strcpy(h.node, "intruder");
-  wire::client_mac(secret, ch.nonce, h);
-  if (::send(fd, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h))
-    return false;
-  wire::welcome w{};
-  return ::recv(fd, &w, sizeof(w), MSG_WAITALL) == sizeof(w) && w.status == 0;
+  return raw_bulk_auth(fd, secret, "intruder");
 }
 
 const std::string secret = "test-secret-0123456789abcdef";

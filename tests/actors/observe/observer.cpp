@@ -16,6 +16,7 @@
 #include "actors/protocol/register.hpp"
 #include "actors/storage/prefetching_reader.hpp"
 #include "tests/actors/actor_config.hpp"
+#include "tests/actors/observe/forwarder.hpp"
 
 using namespace dualpath;
 using namespace dualpath::actors;
@@ -24,19 +25,6 @@ using namespace dualpath::actors::observe;
 namespace {
 
 constexpr auto timeout = std::chrono::seconds(10);
-
-// An observer that forwards what it receives to `sink`.
-observer_actor::behavior_type forwarder(observer_actor::pointer,
-                                        caf::actor sink) {
-  return {
-      [sink](snapshot_atom, const state_snapshot& s) {
-        caf::anon_send(sink, snapshot_atom_v, s);
-      },
-      [sink](event_atom, const event_record& e) {
-        caf::anon_send(sink, event_atom_v, e);
-      },
-  };
-}
 
 struct fixture {
   test::actor_config cfg{"sharing"};
@@ -94,7 +82,8 @@ TEST_CASE_FIXTURE(fixture, "an observer attached through the registry "
   metrics->add("dualpath_cnic_bytes_total",
                {{"node", "de0"}, {"nic", "cnic1"}, {"direction", "tx"}}, 7);
   metrics->add("dualpath_requests_completed_total", {}, 3);
-  auto obs = sys.spawn(forwarder, caf::actor_cast<caf::actor>(self));
+  auto obs =
+      sys.spawn(test::forwarder, caf::actor_cast<caf::actor>(self), true);
   REQUIRE(attach_observer(sys, caf::actor_cast<caf::actor>(obs)));
   auto pe0 = snapshot_from("pe0");
   CHECK(sample(pe0, "dualpath_snic_bytes_total") == 4096);
@@ -116,7 +105,8 @@ TEST_CASE_FIXTURE(fixture, "an observer attached through the registry "
 }
 
 TEST_CASE_FIXTURE(fixture, "events are forwarded and counted") {
-  auto obs = sys.spawn(forwarder, caf::actor_cast<caf::actor>(self));
+  auto obs =
+      sys.spawn(test::forwarder, caf::actor_cast<caf::actor>(self), true);
   self->send(hub, attach_atom_v, caf::actor_cast<caf::actor>(obs));
   // The attach and the event travel in order from this sender.
   self->send(hub, event_atom_v,
@@ -139,7 +129,8 @@ TEST_CASE_FIXTURE(fixture, "events are forwarded and counted") {
 }
 
 TEST_CASE_FIXTURE(fixture, "an actor's own snapshot becomes metrics") {
-  auto obs = sys.spawn(forwarder, caf::actor_cast<caf::actor>(self));
+  auto obs =
+      sys.spawn(test::forwarder, caf::actor_cast<caf::actor>(self), true);
   self->send(hub, attach_atom_v, caf::actor_cast<caf::actor>(obs));
   state_snapshot mine{"my_reader", 5, {{"my_prefetch_hits_total", 9}}};
   self->send(hub, snapshot_atom_v, mine);
@@ -153,12 +144,14 @@ TEST_CASE_FIXTURE(fixture, "an actor's own snapshot becomes metrics") {
 }
 
 TEST_CASE_FIXTURE(fixture, "a terminated subscriber is dropped") {
-  auto obs = sys.spawn(forwarder, caf::actor_cast<caf::actor>(self));
+  auto obs =
+      sys.spawn(test::forwarder, caf::actor_cast<caf::actor>(self), true);
   self->send(hub, attach_atom_v, caf::actor_cast<caf::actor>(obs));
   self->send_exit(obs, caf::exit_reason::user_shutdown);
   self->wait_for(obs);
   // The hub keeps running and serving other observers.
-  auto obs2 = sys.spawn(forwarder, caf::actor_cast<caf::actor>(self));
+  auto obs2 =
+      sys.spawn(test::forwarder, caf::actor_cast<caf::actor>(self), true);
   REQUIRE(attach_observer(sys, caf::actor_cast<caf::actor>(obs2)));
   metrics->add("dualpath_snic_bytes_total", {{"node", "pe1"}}, 1);
   snapshot_from("pe1");

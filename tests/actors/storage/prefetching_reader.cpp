@@ -12,6 +12,7 @@
 #include "actors/storage/prefetching_reader.hpp"
 #include "actors/storage/storage_reader.hpp"
 #include "tests/actors/actor_config.hpp"
+#include "tests/actors/observe/forwarder.hpp"
 #include "tests/support/support.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/buffer_pool.hpp"
@@ -25,27 +26,12 @@ namespace {
 
 constexpr auto timeout = std::chrono::seconds(10);
 
-observer_actor::behavior_type forwarder(observer_actor::pointer,
-                                        caf::actor sink) {
-  return {
-      [sink](snapshot_atom, const state_snapshot& s) {
-        caf::anon_send(sink, snapshot_atom_v, s);
-      },
-      [](event_atom, const event_record&) {},
-  };
-}
-
 } // namespace
 
 TEST_CASE("the next turn's blocks are prefetched and served from DRAM") {
   test::temp_dir dir{"dp-prefetch"};
   kv_geometry geo{4, 8, 100};
-  auto backend = make_backend(backend_config{backend_kind::automatic, 8});
-  REQUIRE(backend);
-  auto opened = block_store::open(store_config{dir.path(), "m", geo},
-                                  std::move(*backend));
-  REQUIRE(opened);
-  std::shared_ptr<block_store> store{std::move(*opened)};
+  auto store = test::open_store(dir, geo, 8);
   // Turn 1's prompt: 2 blocks in storage; turn 2's prompt adds 2 more,
   // persisted by the decode engine at the end of turn 1.
   std::vector<uint32_t> tokens;
@@ -69,7 +55,8 @@ TEST_CASE("the next turn's blocks are prefetched and served from DRAM") {
   rc.io_threads = 1;
   auto inner = spawn_storage_reader(sys, rc);
   REQUIRE(inner);
-  auto obs = sys.spawn(forwarder, caf::actor_cast<caf::actor>(self));
+  auto obs =
+      sys.spawn(test::forwarder, caf::actor_cast<caf::actor>(self), false);
   prefetch_config pc;
   pc.node = "de0";
   pc.observer = obs;

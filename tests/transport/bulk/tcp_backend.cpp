@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "tests/support/support.hpp"
+#include "tests/transport/bulk/raw_client.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/bulk/tcp_handshake.hpp"
 #include "transport/bulk/tcp_wire.hpp"
@@ -138,19 +139,7 @@ int connect_raw(const backend& target) {
 
 /// Performs the client side of the handshake on a raw socket.
 bool raw_auth(int fd, const std::string& secret) {
-  wire::challenge ch{};
-  if (::recv(fd, &ch, sizeof(ch), MSG_WAITALL) != sizeof(ch))
-    return false;
-  wire::hello h{};
-  h.magic = wire::auth_magic;
-  h.version = wire::version;
-  h.tclass = 0;
-  std::strcpy(h.node, "raw");
-  wire::client_mac(secret, ch.nonce, h);
-  if (::send(fd, &h, sizeof(h), 0) != sizeof(h))
-    return false;
-  wire::welcome w{};
-  return ::recv(fd, &w, sizeof(w), MSG_WAITALL) == sizeof(w) && w.status == 0;
+  return dualpath::test::raw_bulk_auth(fd, secret, "raw");
 }
 
 /// True when the peer closed `fd` (recv returns 0 or an error) within 2 s.

@@ -31,8 +31,12 @@ CLI::Option* key_flags::add(CLI::App& app, const std::string& flag,
   auto help = spec->meaning;
   if (!spec->unit.empty())
     help += " Unit: " + spec->unit + ".";
-  help += " Sets " + key + " (default " + config::to_toml(spec->default_value)
-          + ").";
+  auto def = config::to_toml(spec->default_value);
+  for (auto& d : defaults_)
+    if (d.assignment.compare(0, key.size() + 1, key + "=") == 0)
+      def = d.assignment.substr(key.size() + 1) + " in " + d.origin
+            + "; the schema's " + def;
+  help += " Sets " + key + " (default " + def + ").";
   auto b = std::make_unique<binding>();
   b->flag = flag;
   b->key = key;
@@ -238,6 +242,7 @@ int main(int argc, char** argv) {
   for (auto& cmd : commands) {
     auto sub = app.add_subcommand(cmd->name(), cmd->description());
     options.push_back(std::make_unique<common_options>());
+    options.back()->flags.use_defaults(cmd->defaults());
     add_common_options(*sub, *options.back());
     cmd->add_options(*sub, options.back()->flags);
     subs.push_back(sub);
@@ -294,6 +299,7 @@ int main(int argc, char** argv) {
     // The subcommand's own key flags come after the shortcuts in `flags`, so
     // given() lists the profile shortcuts first.
     config::load_request req;
+    req.defaults = commands[i]->defaults();
     req.caf = caf_opts;
     if (opts.config_opt->count() > 0)
       req.file = opts.config_file;

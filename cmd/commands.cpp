@@ -228,7 +228,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer("Configuration: every subcommand takes --config FILE, --set "
              "KEY=VALUE, --print-config and --json [FILE]. Precedence, lowest "
-             "first: defaults < profiles (--hardware/--model/--workload) < "
+             "first: defaults (the schema's, then the subcommand's own: `dualpath "
+             "run` defaults to its main job) < profiles "
+             "(--hardware/--model/--workload) < "
              "FILE < --set < subcommand flags. Every key: `dualpath config "
              "--reference`.\nCAF's own options are taken as CAF takes them: "
              "--scheduler.max-threads=4 and the like on the command line, a "

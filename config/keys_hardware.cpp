@@ -8,6 +8,14 @@ void add_hardware(std::vector<key_spec>& out) {
   s.profile("paper-hopper");
   s.integer("gpus_per_node", 8, "GPUs", range::at_least(1),
             "GPUs per node (g); each has its own compute NIC.");
+  s.integer(
+      "slice", 1, "", range::at_least(1),
+      "The emulated cluster is one slice of a cluster with this many times the "
+      "GPUs per node (1: no slice): an expert-parallel replica spreads its "
+      "weights over up to slice x the emulated GPUs of its role "
+      "(engines.prefill_ep, decode_ep), so each GPU holds the share of the "
+      "weights it holds in the whole cluster. A slice profile also divides the "
+      "node's storage NIC, DRAM bandwidth and DRAM buffer by it.");
   s.real("cnic_gbps", 400, "Gb/s", range::above(0),
          "Compute-NIC bandwidth per GPU (B), per direction.");
   s.real("snic_gbps", 400, "Gb/s", range::above(0),

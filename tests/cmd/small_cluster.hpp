@@ -18,7 +18,10 @@ small_cluster(const std::string& command, const std::string& agents,
               const std::vector<std::string>& extra) {
   std::vector<std::string> args{
       dualpath_binary(), command, "--quiet", "--agents", agents,
-      "--prefill-nodes", "1", "--decode-nodes", "1", "--set",
+      "--prefill-nodes", "1", "--decode-nodes", "1",
+      // The profiles named: the same cluster for run and sim, not `dualpath
+      // run`'s main job.
+      "--hardware", "paper-hopper", "--model", "ds-660b", "--set",
       "hardware.gpus_per_node=2",
       // A two-GPU node holds a 37e9-parameter model's weights, not DS-660B's.
       "--set", "model.total_params=37e9", "--byte-scale", "656"};

@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "actors/engines/engine_context.hpp"
 #include "actors/protocol/messages.hpp"
@@ -52,48 +54,51 @@ TEST_CASE("words parse back to their values; others leave the value alone") {
 }
 
 TEST_CASE("every table names its enum's first and last enumerator") {
-  using namespace std::string_literals;
-  CHECK(to_string(config::value_type::boolean) == "boolean");
-  CHECK(to_string(config::value_type::string) == "string");
-  CHECK(to_string(config::value_source::schema_default) == "default");
-  CHECK(to_string(config::value_source::override_value) == "override");
-  CHECK(to_string(config::config_errc::none) == "none");
-  CHECK(to_string(config::config_errc::malformed_override)
-        == "malformed_override");
-  CHECK(to_string(scheduler::read_mode::pe_only) == "pe_only");
-  CHECK(to_string(scheduler::read_mode::split) == "split");
-  CHECK(to_string(scheduler::policy_kind::basic) == "basic");
-  CHECK(to_string(scheduler::policy_kind::dualpath) == "dualpath");
-  CHECK(to_string(scheduler::workload::workload_errc::none) == "none");
-  CHECK(to_string(scheduler::workload::workload_errc::bad_parameter)
-        == "bad_parameter");
-  CHECK(to_string(transport::traffic_class::control) == "control");
-  CHECK(to_string(transport::traffic_class::kv) == "kv");
-  CHECK(to_string(transport::transport_errc::none) == "none");
-  CHECK(to_string(transport::transport_errc::bad_config) == "bad_config");
-  CHECK(to_string(transport::bulk::tcp_cpu_sched::normal) == "normal");
-  CHECK(to_string(transport::bulk::tcp_cpu_sched::idle) == "idle");
-  CHECK(to_string(transport::storage::io_mode::buffered) == "buffered");
-  CHECK(to_string(transport::storage::io_mode::direct) == "direct");
-  CHECK(to_string(transport::storage::backend_kind::automatic) == "auto");
-  CHECK(to_string(transport::storage::backend_kind::pread) == "pread");
-  CHECK(to_string(transport::storage::storage_errc::none) == "none");
-  CHECK(to_string(transport::storage::storage_errc::not_regular_file)
-        == "not_regular_file");
-  CHECK(to_string(gpu::backend_kind::host) == "host");
-  CHECK(to_string(gpu::backend_kind::cuda) == "cuda");
-  CHECK(to_string(gpu::backend_choice::automatic) == "auto");
-  CHECK(to_string(gpu::backend_choice::host) == "host");
-  CHECK(to_string(gpu::copy_method::per_chunk) == "per_chunk");
-  CHECK(to_string(gpu::copy_method::automatic) == "automatic");
-  CHECK(to_string(gpu::gpu_errc::none) == "none");
-  CHECK(to_string(gpu::gpu_errc::driver_too_old) == "driver_too_old");
-  CHECK(to_string(actors::engine_role::prefill) == "prefill");
-  CHECK(to_string(actors::engine_role::decode) == "decode");
-  CHECK(to_string(actors::load_mode::basic) == "basic");
-  CHECK(to_string(actors::load_mode::oracle) == "oracle");
-  CHECK(to_string(actors::batching::quota) == "quota");
-  CHECK(to_string(actors::batching::token_budget) == "token_budget");
+  const std::pair<std::string, std::string_view> named[] = {
+      {to_string(config::value_type::boolean), "boolean"},
+      {to_string(config::value_type::string), "string"},
+      {to_string(config::value_source::schema_default), "default"},
+      {to_string(config::value_source::override_value), "override"},
+      {to_string(config::config_errc::none), "none"},
+      {to_string(config::config_errc::malformed_override),
+       "malformed_override"},
+      {to_string(scheduler::read_mode::pe_only), "pe_only"},
+      {to_string(scheduler::read_mode::split), "split"},
+      {to_string(scheduler::policy_kind::basic), "basic"},
+      {to_string(scheduler::policy_kind::dualpath), "dualpath"},
+      {to_string(scheduler::workload::workload_errc::none), "none"},
+      {to_string(scheduler::workload::workload_errc::bad_parameter),
+       "bad_parameter"},
+      {to_string(transport::traffic_class::control), "control"},
+      {to_string(transport::traffic_class::kv), "kv"},
+      {to_string(transport::transport_errc::none), "none"},
+      {to_string(transport::transport_errc::bad_config), "bad_config"},
+      {to_string(transport::bulk::tcp_cpu_sched::normal), "normal"},
+      {to_string(transport::bulk::tcp_cpu_sched::idle), "idle"},
+      {to_string(transport::storage::io_mode::buffered), "buffered"},
+      {to_string(transport::storage::io_mode::direct), "direct"},
+      {to_string(transport::storage::backend_kind::automatic), "auto"},
+      {to_string(transport::storage::backend_kind::pread), "pread"},
+      {to_string(transport::storage::storage_errc::none), "none"},
+      {to_string(transport::storage::storage_errc::not_regular_file),
+       "not_regular_file"},
+      {to_string(gpu::backend_kind::host), "host"},
+      {to_string(gpu::backend_kind::cuda), "cuda"},
+      {to_string(gpu::backend_choice::automatic), "auto"},
+      {to_string(gpu::backend_choice::host), "host"},
+      {to_string(gpu::copy_method::per_chunk), "per_chunk"},
+      {to_string(gpu::copy_method::automatic), "automatic"},
+      {to_string(gpu::gpu_errc::none), "none"},
+      {to_string(gpu::gpu_errc::driver_too_old), "driver_too_old"},
+      {to_string(actors::engine_role::prefill), "prefill"},
+      {to_string(actors::engine_role::decode), "decode"},
+      {to_string(actors::load_mode::basic), "basic"},
+      {to_string(actors::load_mode::oracle), "oracle"},
+      {to_string(actors::batching::quota), "quota"},
+      {to_string(actors::batching::token_budget), "token_budget"},
+  };
+  for (auto& [got, want] : named)
+    CHECK(got == want);
 }
 
 TEST_CASE("from_string reads what to_string writes") {

@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "config/errors.hpp"
+#include "tests/transport/bulk/post_wait.hpp"
 #include "transport/bulk/backend.hpp"
 
 using namespace dualpath::transport;
@@ -61,11 +62,7 @@ bool have_device() {
 }
 
 completion run(backend& b, batch x) {
-  std::promise<completion> p;
-  auto f = p.get_future();
-  b.post(std::move(x), [&](completion c) { p.set_value(std::move(c)); });
-  REQUIRE(f.wait_for(30s) == std::future_status::ready);
-  return f.get();
+  return dualpath::test::post_and_wait(b, std::move(x), 30s);
 }
 
 /// Writes 64 KiB a -> b and checks them byte for byte.

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <future>
 
+#include "tests/transport/bulk/post_wait.hpp"
 #include "transport/bulk/backend.hpp"
 
 using namespace dualpath::transport;
@@ -41,13 +42,9 @@ struct fixture {
   }
 
   completion write(uint64_t len = 8192) {
-    std::promise<completion> p;
-    auto f = p.get_future();
     batch x;
     x.writes.push_back({&*rs, 0, *rd->describe().subrange(0, len)});
-    a->post(std::move(x), [&](completion c) { p.set_value(std::move(c)); });
-    REQUIRE(f.wait_for(5s) == std::future_status::ready);
-    return f.get();
+    return dualpath::test::post_and_wait(*a, std::move(x), 5s);
   }
 };
 

@@ -8,6 +8,7 @@
 #include <future>
 #include <numeric>
 
+#include "tests/transport/bulk/post_wait.hpp"
 #include "transport/bulk/backend.hpp"
 
 using namespace dualpath::transport;
@@ -24,11 +25,7 @@ options named(const std::string& node) {
 }
 
 completion run(backend& b, batch x) {
-  std::promise<completion> p;
-  auto f = p.get_future();
-  b.post(std::move(x), [&](completion c) { p.set_value(std::move(c)); });
-  REQUIRE(f.wait_for(5s) == std::future_status::ready);
-  return f.get();
+  return dualpath::test::post_and_wait(b, std::move(x), 5s);
 }
 
 transport_errc code_of(const caf::error& e) {

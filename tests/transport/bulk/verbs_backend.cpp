@@ -31,6 +31,7 @@
 
 #include "config/errors.hpp"
 #include "tests/support/support.hpp"
+#include "tests/transport/bulk/post_wait.hpp"
 #include "transport/bulk/backend.hpp"
 
 using namespace dualpath::transport;
@@ -245,11 +246,7 @@ private:
 };
 
 completion run(backend& b, batch x, std::chrono::seconds limit = 60s) {
-  std::promise<completion> p;
-  auto f = p.get_future();
-  b.post(std::move(x), [&](completion c) { p.set_value(std::move(c)); });
-  REQUIRE(f.wait_for(limit) == std::future_status::ready);
-  return f.get();
+  return dualpath::test::post_and_wait(b, std::move(x), limit);
 }
 
 transport_errc code_of(const completion& c) {

@@ -226,18 +226,19 @@ int main(int argc, char** argv) {
                "node), as CAF actors.",
                "dualpath"};
   app.require_subcommand(1);
-  app.footer("Configuration: every subcommand takes --config FILE, --set "
-             "KEY=VALUE, --print-config and --json [FILE]. Precedence, lowest "
-             "first: defaults (the schema's, then the subcommand's own: `dualpath "
-             "run` defaults to its main job) < profiles "
-             "(--hardware/--model/--workload) < "
-             "FILE < --set < subcommand flags. Every key: `dualpath config "
-             "--reference`.\nCAF's own options are taken as CAF takes them: "
-             "--scheduler.max-threads=4 and the like on the command line, a "
-             "CAF config file (caf-application.ini, or --config-file=FILE); "
-             "`dualpath config --reference` lists them.\nExit status: 0 "
-             "success, 1 run failure, 2 bad "
-             "usage or configuration.");
+  app.footer(
+      "Configuration: every subcommand takes --config FILE, --set "
+      "KEY=VALUE, --print-config and --json [FILE]. Precedence, lowest "
+      "first: defaults (the schema's, then the subcommand's own: `dualpath "
+      "run` defaults to its main job) < profiles "
+      "(--hardware/--model/--workload) < "
+      "FILE < --set < subcommand flags. Every key: `dualpath config "
+      "--reference`.\nCAF's own options are taken as CAF takes them: "
+      "--scheduler.max-threads=4 and the like on the command line, a "
+      "CAF config file (caf-application.ini, or --config-file=FILE); "
+      "`dualpath config --reference` lists them.\nExit status: 0 "
+      "success, 1 run failure, 2 bad "
+      "usage or configuration.");
   auto commands = make_commands();
   std::vector<std::unique_ptr<common_options>> options;
   std::vector<CLI::App*> subs;

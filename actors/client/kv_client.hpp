@@ -34,10 +34,14 @@
 //    blocks hold no verified KV.
 //
 // Deadlines: every load and save has one (its own, else the configured
-// default). A storage read, a bulk batch or the whole operation that passes
-// it fails the operation with caf::sec::request_timeout (reads) or
-// transport_errc::deadline_exceeded (writes); wait_for_layer returns at the
-// deadline at the latest.
+// default), and every bulk batch carries it (a batch past it fails with
+// transport_errc::deadline_exceeded). A load whose reads are not answered by
+// its deadline fails with caf::sec::request_timeout and ends then: the late
+// reads only hand their buffer slots back, nothing lands in the pages after
+// the load was reported. wait_for_layer returns at the deadline at the
+// latest. A save's staging write has the deadline; the save ends when the
+// reader has answered every persist (a persist reads its staging slot until
+// it answers, so the slot is never reused under it).
 //
 // Failure: bad input (unknown pages, a page index past the registered
 // memory, a ticket not issued, a second registration, tokens and pages that

@@ -316,6 +316,11 @@ caf::expected<std::unique_ptr<kv_client>> kv_client::make(client_config cfg) {
     auto be = bulk::make_local_backend(bopts, fabric);
     if (!be)
       return be.error();
+    auto& f = cfg.decode_faults;
+    if (role == engine_role::decode
+        && (f.fail_after >= 0 || !f.drop_peer.empty() || f.delay.count() > 0
+            || f.corrupt_byte))
+      *be = bulk::make_fault_backend(std::move(*be), f);
     auto built = cluster::build_node(
         *p->sys, s, name, role, std::shared_ptr<bulk::backend>(std::move(*be)),
         p->store, p->time);

@@ -72,6 +72,7 @@
 #include <caf/expected.hpp>
 
 #include "scheduler/path_choice.hpp"
+#include "transport/bulk/backend.hpp"
 #include "transport/storage/block_format.hpp"
 #include "transport/types.hpp"
 
@@ -94,6 +95,10 @@ struct client_config {
   uint64_t snic_bytes_per_s = 50'000'000'000;
   /// Deadline of an operation that names none.
   std::chrono::milliseconds default_deadline{10'000};
+  /// Faults injected into the decode node's bulk transport (drills and
+  /// tests: a lost decode node, failing or slow writes on the DE path); the
+  /// default injects none.
+  transport::bulk::fault_plan decode_faults;
 };
 
 /// A prompt's stored prefix.

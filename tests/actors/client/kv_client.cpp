@@ -2,8 +2,9 @@
 // kv_client over real files and both nodes' real readers and local bulk
 // transports: loads on each path and split land byte-exact (the store's
 // deterministic KV content), saves reload byte-exact, a damaged file is a
-// per-block error, a slow read fails its load at the deadline, bad input is
-// refused naming what was wrong.
+// per-block error, a slow read fails its load at the deadline, a decode
+// node lost mid-load (fault-injected transport) fails the load at once, bad
+// input is refused naming what was wrong.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -14,6 +15,7 @@
 
 #include "actors/client/kv_client.hpp"
 #include "tests/support/support.hpp"
+#include "transport/errors.hpp"
 #include "transport/storage/backend.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/kv_content.hpp"
@@ -45,6 +47,7 @@ struct env {
   std::unique_ptr<kv_client> client;
 
   explicit env(uint64_t snic_bytes_per_s = 50'000'000'000,
+               transport::bulk::fault_plan decode_faults = {},
                std::vector<std::vector<uint32_t>> stored = {prompt(6)}) {
     // The store exists before the client, as a previous run left it.
     {
@@ -61,6 +64,7 @@ struct env {
     cfg.geometry = geometry();
     cfg.buffer_blocks = 16;
     cfg.snic_bytes_per_s = snic_bytes_per_s;
+    cfg.decode_faults = decode_faults;
     auto c = kv_client::make(cfg);
     REQUIRE(c);
     client = std::move(*c);
@@ -246,6 +250,63 @@ TEST_CASE("a read slower than the deadline fails the load by the deadline") {
   CHECK(done->blocks_ok == 0);
   CHECK(std::chrono::steady_clock::now() - t0
         < std::chrono::milliseconds{1000});
+}
+
+TEST_CASE("a decode node lost during a load fails the load, nothing hangs") {
+  // The decode node's transport loses the engine's node at its first write.
+  transport::bulk::fault_plan lost;
+  lost.drop_peer = "pe0";
+  env e{50'000'000'000, lost};
+  auto hit = e.lookup(prompt(6));
+  load_request r;
+  r.blocks = hit.blocks;
+  r.pages = {0, 1, 2, 3, 4, 5};
+  r.path = load_path::split;
+  r.deadline = std::chrono::milliseconds{2000};
+  auto t0 = std::chrono::steady_clock::now();
+  auto t = e.client->start_load(r);
+  REQUIRE(t);
+  auto err = e.client->wait_for_layer(*t, 0);
+  CHECK(err == transport::transport_errc::peer_lost);
+  auto done = e.client->wait(*t);
+  REQUIRE(done);
+  CHECK(done->error == transport::transport_errc::peer_lost);
+  CHECK(done->blocks_ok == 0); // nothing of a failed load counts as loaded
+  CHECK(std::chrono::steady_clock::now() - t0
+        < std::chrono::milliseconds{2000});
+  // The engine falls back to the path that works.
+  r.path = load_path::pe;
+  t = e.client->start_load(r);
+  REQUIRE(t);
+  done = e.client->wait(*t);
+  REQUIRE(done);
+  CHECK(!done->error);
+  CHECK(done->blocks_ok == 6);
+}
+
+TEST_CASE("a failed load is reported only once nothing of it still writes") {
+  // DE-path writes complete 300 ms late; the load's deadline is 100 ms.
+  transport::bulk::fault_plan slow;
+  slow.delay = std::chrono::milliseconds{300};
+  env e{50'000'000'000, slow};
+  auto hit = e.lookup(prompt(6));
+  load_request r;
+  r.blocks = hit.blocks;
+  r.pages = {0, 1, 2, 3, 4, 5};
+  r.path = load_path::de;
+  r.deadline = std::chrono::milliseconds{100};
+  auto t0 = std::chrono::steady_clock::now();
+  auto t = e.client->start_load(r);
+  REQUIRE(t);
+  CHECK(e.client->wait_for_layer(*t, 0) == caf::sec::request_timeout);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds{300});
+  CHECK(e.client->finished().empty()); // its batches are still in flight
+  auto done = e.client->wait(*t);
+  REQUIRE(done);
+  CHECK(done->error);
+  CHECK(std::chrono::steady_clock::now() - t0
+        >= std::chrono::milliseconds{300});
+  CHECK(e.client->finished().size() == 1);
 }
 
 TEST_CASE("bad input is refused naming what was wrong") {

@@ -141,6 +141,26 @@ struct kv_client::impl {
     return caf::none;
   }
 
+  // Checks what loads and saves share (pages, buffer room) and enters a new
+  // operation. Called with mtx held.
+  caf::expected<op_ptr> admit(finished_op::kind_t kind, uint64_t request_id,
+                              const std::vector<uint32_t>& pages_of,
+                              std::chrono::milliseconds deadline) {
+    if (auto err = check_pages(pages_of))
+      return err;
+    if (pages_of.size() > cfg.buffer_blocks)
+      return bad_input(std::to_string(pages_of.size())
+                       + " blocks exceed a node's buffer of "
+                       + std::to_string(cfg.buffer_blocks));
+    auto op = std::make_shared<op_state>();
+    op->info.kind = kind;
+    op->info.ticket = next_ticket++;
+    op->info.request_id = request_id;
+    op->deadline = deadline_of(deadline);
+    ops.emplace(op->info.ticket, op);
+    return op;
+  }
+
   // Ends `op` if nothing of it is outstanding but reads past the deadline
   // (those are abandoned: their late replies only hand their leases back):
   // hands its leases back and wakes waiters. Called with mtx held.
@@ -422,23 +442,18 @@ caf::error kv_client::register_kv(const std::vector<kv_layer_memory>& layers) {
 caf::expected<uint64_t> kv_client::start_load(load_request req) {
   auto& d = *impl_;
   auto n = static_cast<uint32_t>(req.blocks.size());
-  op_ptr op = std::make_shared<op_state>();
+  op_ptr op;
   {
     std::lock_guard<std::mutex> guard{d.mtx};
     if (req.pages.size() != req.blocks.size())
       return bad_input(std::to_string(req.blocks.size()) + " blocks but "
                        + std::to_string(req.pages.size()) + " pages");
-    if (auto err = d.check_pages(req.pages))
-      return err;
-    if (n > d.cfg.buffer_blocks)
-      return bad_input(std::to_string(n) + " blocks exceed a node's buffer of "
-                       + std::to_string(d.cfg.buffer_blocks));
-    op->info.kind = finished_op::kind_t::load;
-    op->info.ticket = d.next_ticket++;
-    op->info.request_id = req.request_id;
-    op->deadline = d.deadline_of(req.deadline);
+    auto admitted = d.admit(finished_op::kind_t::load, req.request_id,
+                            req.pages, req.deadline);
+    if (!admitted)
+      return std::move(admitted.error());
+    op = std::move(*admitted);
     op->layer_batches.assign(d.cfg.geometry.layers, 0);
-    d.ops.emplace(op->info.ticket, op);
   }
   // The path: the global scheduler's policy over both nodes' read queues
   // (the same function its fetch applies), unless the request forces one.
@@ -533,25 +548,20 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
   auto& geo = d.cfg.geometry;
   auto n = static_cast<uint32_t>(req.pages.size());
   auto hashes = storage::block_hashes(req.tokens, geo.block_tokens);
-  op_ptr op = std::make_shared<op_state>();
+  op_ptr op;
   {
     std::lock_guard<std::mutex> guard{d.mtx};
-    if (auto err = d.check_pages(req.pages))
-      return err;
     if (uint64_t{req.first_block} + n > hashes.size())
       return bad_input("blocks " + std::to_string(req.first_block) + ".."
                        + std::to_string(req.first_block + n)
                        + " of a prompt of " + std::to_string(hashes.size())
                        + " full blocks");
-    if (n > d.cfg.buffer_blocks)
-      return bad_input(std::to_string(n) + " blocks exceed a node's buffer of "
-                       + std::to_string(d.cfg.buffer_blocks));
-    op->info.kind = finished_op::kind_t::save;
-    op->info.ticket = d.next_ticket++;
-    op->info.request_id = req.request_id;
-    op->deadline = d.deadline_of(req.deadline);
+    auto admitted = d.admit(finished_op::kind_t::save, req.request_id,
+                            req.pages, req.deadline);
+    if (!admitted)
+      return std::move(admitted.error());
+    op = std::move(*admitted);
     op->outstanding = n > 0 ? 1 : 0;
-    d.ops.emplace(op->info.ticket, op);
     d.maybe_end(op);
   }
   if (n == 0)

@@ -88,6 +88,17 @@ struct env {
     }
   }
 
+  // A load of the stored prompt's six blocks into pages 0..5.
+  load_request six_blocks(load_path path, std::chrono::milliseconds deadline) {
+    load_request r;
+    r.blocks = lookup(prompt(6)).blocks;
+    REQUIRE(r.blocks.size() == 6);
+    r.pages = {0, 1, 2, 3, 4, 5};
+    r.path = path;
+    r.deadline = deadline;
+    return r;
+  }
+
   const std::byte* page(uint32_t layer, uint32_t p) const {
     return memory[layer].data() + p * geometry().layer_bytes();
   }
@@ -230,12 +241,7 @@ TEST_CASE("a block damaged in storage is a per-block load error") {
 TEST_CASE("a read slower than the deadline fails the load by the deadline") {
   // 2 KiB/s storage NICs: one 768-byte block takes ~0.4 s per read.
   env e{2048};
-  auto hit = e.lookup(prompt(6));
-  load_request r;
-  r.blocks = hit.blocks;
-  r.pages = {0, 1, 2, 3, 4, 5};
-  r.path = load_path::split;
-  r.deadline = std::chrono::milliseconds{100};
+  auto r = e.six_blocks(load_path::split, std::chrono::milliseconds{100});
   auto t0 = std::chrono::steady_clock::now();
   auto t = e.client->start_load(r);
   REQUIRE(t);
@@ -257,12 +263,7 @@ TEST_CASE("a decode node lost during a load fails the load, nothing hangs") {
   transport::bulk::fault_plan lost;
   lost.drop_peer = "pe0";
   env e{50'000'000'000, lost};
-  auto hit = e.lookup(prompt(6));
-  load_request r;
-  r.blocks = hit.blocks;
-  r.pages = {0, 1, 2, 3, 4, 5};
-  r.path = load_path::split;
-  r.deadline = std::chrono::milliseconds{2000};
+  auto r = e.six_blocks(load_path::split, std::chrono::milliseconds{2000});
   auto t0 = std::chrono::steady_clock::now();
   auto t = e.client->start_load(r);
   REQUIRE(t);
@@ -289,12 +290,7 @@ TEST_CASE("a failed load is reported only once nothing of it still writes") {
   transport::bulk::fault_plan slow;
   slow.delay = std::chrono::milliseconds{300};
   env e{50'000'000'000, slow};
-  auto hit = e.lookup(prompt(6));
-  load_request r;
-  r.blocks = hit.blocks;
-  r.pages = {0, 1, 2, 3, 4, 5};
-  r.path = load_path::de;
-  r.deadline = std::chrono::milliseconds{100};
+  auto r = e.six_blocks(load_path::de, std::chrono::milliseconds{100});
   auto t0 = std::chrono::steady_clock::now();
   auto t = e.client->start_load(r);
   REQUIRE(t);

@@ -220,16 +220,17 @@ struct kv_client::impl {
       auto& leases = side == pe ? op->pe_leases : op->de_leases;
       for (auto& l : res->leases)
         leases.push_back(l.lease_id);
-      for (auto h : res->failed) {
+      for (size_t f = 0; f < res->failed.size(); ++f) {
+        auto h = res->failed[f];
         auto i = std::find(blocks.begin() + first, blocks.end(), h);
         auto index = static_cast<uint32_t>(i - blocks.begin());
-        op->errors.push_back(block_error{
-            index, h,
-            caf::make_error(storage::storage_errc::missing_block,
-                            "block " + std::to_string(index)
-                                + " failed its read or verification on "
-                                + side->name
-                                + " (missing, damaged or unreadable)")});
+        // The reader's reason (the store's check that failed), else a
+        // generic one.
+        auto why = f < res->why_failed.size() && res->why_failed[f]
+                       ? res->why_failed[f]
+                       : caf::make_error(storage::storage_errc::io_error,
+                                         "no reason given by the reader");
+        op->errors.push_back(block_error{index, h, std::move(why)});
       }
       for (auto& l : res->leases)
         landed.emplace_back(l.block_index, l);

@@ -18,6 +18,7 @@
 #include "transport/errors.hpp"
 #include "transport/storage/backend.hpp"
 #include "transport/storage/block_store.hpp"
+#include "transport/storage/errors.hpp"
 #include "transport/storage/kv_content.hpp"
 
 using namespace dualpath;
@@ -229,7 +230,7 @@ TEST_CASE("a block damaged in storage is a per-block load error") {
     REQUIRE(errs.size() == 1);
     CHECK(errs[0].index == 2);
     CHECK(errs[0].hash == hit.blocks[2]);
-    CHECK(errs[0].error);
+    CHECK(errs[0].error == storage_errc::layer_checksum);
     for (uint32_t l = 0; l < layers; ++l)
       for (uint32_t b : {0u, 1u, 3u})
         CHECK(

@@ -28,7 +28,9 @@ std::vector<std::string> small(const std::string& command,
                                std::vector<std::string> extra) {
   std::vector<std::string> args{
       dualpath_binary(), command, "--quiet", "--json", "--agents", "6",
-      "--prefill-nodes", "1", "--decode-nodes", "1", "--set",
+      "--prefill-nodes", "1", "--decode-nodes", "1",
+      // The same cluster for run and sim (not run's main job).
+      "--hardware", "paper-hopper", "--model", "ds-660b", "--set",
       "hardware.gpus_per_node=2",
       // A two-GPU node holds a 37e9-parameter model's weights, not DS-660B's.
       "--set", "model.total_params=37e9", "--byte-scale", "656"};
@@ -277,11 +279,14 @@ TEST_CASE("a small cluster simulated agrees with run on JCT within 10%") {
     // with real time: not under a sanitizer (several times slower), and not
     // when the run's own health signal says its timers fired late.
     auto lag = real["modes"][mode]["lag_p99_ms"].get<double>();
-    if (sanitized || lag > 50) {
+    // 10 ms: the lag a healthy run keeps (issue 20's limit for the main
+    // job); a late run is still never faster than the simulation, its limit.
+    if (sanitized || lag > 10) {
       MESSAGE("JCT comparison skipped: "
               << (sanitized ? "sanitizer build"
                             : "the run's timers fired late (lag p99 "
                                   + std::to_string(lag) + " ms)"));
+      CHECK(s <= 1.02 * r);
     } else {
       CHECK(std::abs(s - r) <= 0.10 * r);
     }

@@ -51,7 +51,8 @@
 // fails the whole load (no block is reported loaded).
 //
 // Thread safety: every member function may be called from any thread
-// concurrently (the scheduler side and each worker thread of an engine).
+// concurrently (the scheduler side and each worker thread of an engine);
+// the destructor only when no other thread is inside a call.
 // Ownership: the client owns its actor system, nodes and registrations; the
 // engine owns its KV memory, which must stay valid and must not be freed
 // while the client lives (register once, at start). Pages named by a load or

@@ -252,12 +252,15 @@ struct read_completion {
   std::vector<block_hash> failed;
   /// The read (or reservation) waited for room in the node's DRAM buffer.
   bool waited_for_buffer = false;
+  /// Why each block of `failed` failed, in the same order (the store's
+  /// storage_errc: missing_block, layer_checksum, io_error, ...).
+  std::vector<caf::error> why_failed;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, read_completion& x) {
   return f(caf::meta::type_name("read_completion"), x.request_id, x.leases,
-           x.failed, x.waited_for_buffer);
+           x.failed, x.waited_for_buffer, x.why_failed);
 }
 
 /// A node's storage read queue, in tokens and bytes, and queued requests.

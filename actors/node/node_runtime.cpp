@@ -14,11 +14,13 @@
 
 #include "actors/cluster/bounds.hpp"
 #include "actors/cluster/cluster.hpp"
+#include "actors/cluster/observe_session.hpp"
 #include "actors/cluster/replay.hpp"
 #include "actors/node/node_system.hpp"
 #include "actors/node/supervisor.hpp"
 #include "actors/placement/global_scheduler.hpp"
 #include "actors/protocol/prefill_engine_actor.hpp"
+#include "actors/protocol/register.hpp"
 #include "scheduler/workload/trajectory.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/storage/block_store.hpp"
@@ -159,10 +161,109 @@ const node_info* find_node(const cluster_view& v, const std::string& name) {
   return nullptr;
 }
 
-// Blocks until `stop` or `lost` is set.
-void wait_for(const std::atomic<bool>& stop, const std::atomic<bool>& lost) {
-  while (!stop.load() && !lost.load())
+// -- a node's observation -----------------------------------------------------
+
+// What `observe.*` asks of a node process, as `dualpath run` does for its
+// embedded cluster (actors/cluster/observe_session.hpp): the /metrics
+// endpoint of this process's actors (engines, reader and bulk transport of an
+// engine node; the scheduler of the scheduler node), series labelled with
+// the deployment's mode, and the timeline of its spans. The timeline is
+// written when the node stops, and also whenever spans were recorded and
+// none came for a poll period (a job against the deployment ended), so a
+// long-running node's file holds every job so far.
+class node_observation {
+public:
+  static caf::expected<node_observation>
+  make(caf::actor_system& sys, const config::settings& cfg,
+       const std::string& node, const std::string& mode, std::ostream& log) {
+    auto opts = cluster::observe_options_from(cfg);
+    auto session = cluster::observe_session::make(sys, opts);
+    if (!session)
+      return node_error("observe.metrics_port: cannot serve metrics on "
+                        + opts.metrics_address + ":"
+                        + std::to_string(opts.metrics_port) + ": "
+                        + sys.render(session.error()));
+    node_observation out;
+    out.session_ = std::move(*session);
+    out.hooks_ = out.session_->hooks_for(mode);
+    out.mode_ = mode;
+    out.node_ = node;
+    out.trace_file_ = opts.trace_file;
+    out.log_ = &log;
+    if (auto port = out.session_->metrics_port())
+      log << "dualpath node " << node << ": metrics at http://"
+          << opts.metrics_address << ":" << port << "/metrics" << std::endl;
+    return out;
+  }
+
+  /// Gives the actors of `spec` this process's hooks and observer hub.
+  void attach(cluster::cluster_spec& spec) const {
+    spec.hooks = hooks_;
+    spec.observer = session_->hub();
+  }
+
+  /// The cluster's emulated time, once known (before any actor reports).
+  void bind(const emulated_time& time) const {
+    hooks_->bind(time);
+  }
+
+  /// Exports the byte counters of `node` (storage NIC, DRAM, compute NICs,
+  /// bulk transport) until stop().
+  void watch(const node_ptr& node, uint32_t byte_scale) {
+    watch_ = session_->watch({node}, byte_scale, mode_);
+  }
+
+  /// Called about once per period by the waiting thread: writes the
+  /// timeline when spans came since the last write and none since the last
+  /// poll.
+  void poll() {
+    auto n = session_->spans();
+    if (n != written_ && n == seen_)
+      write(n);
+    seen_ = n;
+  }
+
+  /// The last collection of the watched counters and the final timeline.
+  void stop() {
+    watch_.reset();
+    write(session_->spans());
+  }
+
+private:
+  void write(size_t spans) {
+    if (trace_file_.empty())
+      return;
+    if (auto err = session_->finish())
+      *log_ << "dualpath node " << node_
+            << ": observe.trace_file: " << render(err) << std::endl;
+    else
+      written_ = spans;
+  }
+
+  std::unique_ptr<cluster::observe_session> session_;
+  std::shared_ptr<cluster::cluster_hooks> hooks_;
+  std::shared_ptr<void> watch_;
+  std::string mode_;
+  std::string node_;
+  std::string trace_file_;
+  std::ostream* log_ = nullptr;
+  size_t written_ = 0; // spans in the file
+  size_t seen_ = 0;    // spans at the last poll
+};
+
+constexpr auto observe_poll_period = seconds(1);
+
+// Blocks until `stop` or `lost` is set, polling `obs` meanwhile.
+void wait_for(const std::atomic<bool>& stop, const std::atomic<bool>& lost,
+              node_observation& obs) {
+  auto next_poll = steady_clock::now() + observe_poll_period;
+  while (!stop.load() && !lost.load()) {
     std::this_thread::sleep_for(milliseconds(50));
+    if (steady_clock::now() >= next_poll) {
+      obs.poll();
+      next_poll += observe_poll_period;
+    }
+  }
 }
 
 // -- the node agent -----------------------------------------------------------
@@ -296,6 +397,16 @@ caf::error run_scheduler_node(const config::settings& cfg,
   if (sys_cfg.caf_error())
     return sys_cfg.caf_error();
   caf::actor_system sys{sys_cfg};
+  auto variant = deployment_variant(cfg);
+  if (!variant)
+    return variant.error();
+  auto obs = node_observation::make(sys, cfg, me.name, variant->name, log);
+  if (!obs)
+    return obs.error();
+  // The deployment's time origin: this node's start.
+  auto origin_ns = unix_now_ns();
+  obs->attach(*spec);
+  obs->bind(emulated_time{local_origin(origin_ns), spec->time_scale});
   auto sched = spawn_scheduler(
       sys,
       cluster::scheduler_config_for(*spec, cf.names_of(node_role::prefill),
@@ -310,7 +421,7 @@ caf::error run_scheduler_node(const config::settings& cfg,
                       caf::actor_cast<caf::actor>(gate)};
   self_info.settings_digest = settings_digest(cfg);
   self_info.settings = deployment_settings(cfg);
-  auto sup = spawn_supervisor(sys, self_info, unix_now_ns());
+  auto sup = spawn_supervisor(sys, self_info, origin_ns);
   auto port = publish_actor(sys, sys_cfg.security(),
                             caf::actor_cast<caf::actor>(sup), me.host, me.port);
   caf::error result;
@@ -325,13 +436,14 @@ caf::error run_scheduler_node(const config::settings& cfg,
         << ", listening on " << me.host << ":" << *port << " ("
         << to_string(sys_cfg.security()) << ")" << std::endl;
     std::atomic<bool> never{false};
-    wait_for(stop, never);
+    wait_for(stop, never, *obs);
     log << "dualpath node " << me.name << ": stopping" << std::endl;
   }
   caf::scoped_actor self{sys};
   stop_actor(self, caf::actor_cast<caf::actor>(sup));
   stop_actor(self, caf::actor_cast<caf::actor>(gate));
   stop_actor(self, caf::actor_cast<caf::actor>(*sched));
+  obs->stop();
   return result;
 }
 
@@ -392,6 +504,13 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
   caf::error result;
   {
     caf::actor_system sys{sys_cfg};
+    auto variant = deployment_variant(cfg);
+    if (!variant)
+      return variant.error();
+    auto obs = node_observation::make(sys, cfg, me.name, variant->name, log);
+    if (!obs)
+      return obs.error();
+    obs->attach(*spec);
     auto& sn = cf.scheduler_node();
     auto sup_hdl = connect_actor(sys, sys_cfg.security(), sn.host, sn.port,
                                  connect_patience);
@@ -417,12 +536,14 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
           + ": start every node with the same --config and "
             "--set options");
     emulated_time time{local_origin(view->origin_unix_ns), spec->time_scale};
+    obs->bind(time);
     auto role = me.role == node_role::prefill ? engine_role::prefill
                                               : engine_role::decode;
     auto built =
         cluster::build_node(sys, *spec, me.name, role, bulk, *store, time);
     if (!built)
       return built.error();
+    obs->watch(built->node, spec->byte_scale);
     auto names = cf.names_of(me.role);
     auto group = static_cast<uint32_t>(
         std::find(names.begin(), names.end(), me.name) - names.begin());
@@ -482,8 +603,10 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
             << to_string(role) << " engines joined " << sn.name << " ("
             << to_string(sys_cfg.security()) << "); bulk transport " << chosen
             << " on " << address << std::endl;
-        wait_for(stop, lost);
-        if (lost.load())
+        wait_for(stop, lost, *obs);
+        // Stopped on purpose, a lost scheduler node is no failure (a
+        // deployment stopped as a whole loses it on the way).
+        if (lost.load() && !stop.load())
           result = node_error("lost the scheduler node " + sn.name);
         else
           self->send(sup, leave_atom_v, me.name);
@@ -493,6 +616,7 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
         stop_actor(self, *i);
     }
     stop_actor(self, caf::actor_cast<caf::actor>(built->node->reader));
+    obs->stop();
     built->node.reset();
     built->keep_alive.clear();
   }

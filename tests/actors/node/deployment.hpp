@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -267,9 +268,16 @@ deployment_settings(uint32_t agents, uint32_t turns, double time_scale,
 /// The four node processes of a test deployment.
 class deployment {
 public:
+  /// Per node name, arguments only that node gets (e.g. its own
+  /// observe.metrics_port).
+  using node_args = std::map<std::string, std::vector<std::string>>;
+
   deployment(const temp_dir& dir, const std::string& cluster_file,
-             const std::vector<std::string>& settings)
-      : dir_(dir), cluster_file_(cluster_file), settings_(settings) {
+             const std::vector<std::string>& settings, node_args own = {})
+      : dir_(dir),
+        cluster_file_(cluster_file),
+        settings_(settings),
+        own_(std::move(own)) {
     no_leak_check_in_children();
     for (size_t i = 0; i < 4; ++i) {
       nodes_.emplace_back(start(i, ""));
@@ -319,6 +327,8 @@ private:
     std::vector<std::string> argv{dualpath_binary(), "node",   "--cluster",
                                   cluster_file_,     "--name", name};
     argv.insert(argv.end(), settings_.begin(), settings_.end());
+    if (auto o = own_.find(name); o != own_.end())
+      argv.insert(argv.end(), o->second.begin(), o->second.end());
     return std::make_unique<background_process>(
         argv, dir_.file(name + suffix + ".out"),
         dir_.file(name + suffix + ".err"));
@@ -327,6 +337,7 @@ private:
   const temp_dir& dir_;
   std::string cluster_file_;
   std::vector<std::string> settings_;
+  node_args own_;
   std::vector<std::unique_ptr<background_process>> nodes_;
 };
 

@@ -102,6 +102,12 @@ TEST_CASE("deployment nodes serve their metrics, write their timelines and "
     CHECK(got["requests"].get<int>() == 12);
     CHECK(got["failed_requests"] == 0);
     CHECK(got["verify_failures"] == 0);
+    // The control round trip across processes: measured, positive, a
+    // fraction of the job's wall time.
+    auto rtt_p99 = got["control_rtt_p99_ms"].get<double>();
+    CHECK(got["control_rtt_p50_ms"].get<double>() > 0);
+    CHECK(rtt_p99 >= got["control_rtt_p50_ms"].get<double>());
+    CHECK(rtt_p99 < doc["wall_s"].get<double>() * 1e3);
     // Emulated time runs time_scale times as fast as the wall clock: no
     // job can take longer, emulated, than the driver's wall time allows.
     CHECK(got["jct_s"].get<double>()

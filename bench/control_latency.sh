@@ -78,20 +78,12 @@ role = "scheduler"
 host = "127.0.0.1"
 port = $caf_port
 
-[[node]]
-name = "pe0"
-role = "prefill"
-host = "127.0.0.1"
-bulk_port = $pe_port
-gpus = [0, 1]
-
-[[node]]
-name = "de0"
-role = "decode"
-host = "127.0.0.1"
-bulk_port = $de_port
-gpus = [0, 1]
 EOF
+for node in "pe0 prefill $pe_port" "de0 decode $de_port"; do
+  read -r name role port <<< "$node"
+  printf '\n[[node]]\nname = "%s"\nrole = "%s"\nhost = "127.0.0.1"\n%s\n%s\n' \
+    "$name" "$role" "bulk_port = $port" "gpus = [0, 1]" >> "$work/cluster.toml"
+done
 settings=(--set hardware.gpus_per_node=2 --set model.total_params=37e9
           --set run.byte_scale="$byte_scale" --set run.time_scale="$time_scale"
           --set run.modes=dualpath --set run.prefill_nodes=1
@@ -101,7 +93,7 @@ echo "# bench control_latency: load: $(cut -d' ' -f1-3 /proc/loadavg);" \
      "$time_scale, $runs runs"
 for n in sched pe0 de0; do
   "$bin" node --cluster "$work/cluster.toml" --name "$n" "${settings[@]}" \
-    2> "$work/$n.log" &
+    > "$work/$n.out" 2> "$work/$n.log" &
   pids+=($!)
 done
 for n in pe0 de0; do

@@ -173,9 +173,16 @@ const node_info* find_node(const cluster_view& v, const std::string& name) {
 // long-running node's file holds every job so far.
 class node_observation {
 public:
-  static caf::expected<node_observation>
-  make(caf::actor_system& sys, const config::settings& cfg,
-       const std::string& node, const std::string& mode, std::ostream& log) {
+  /// Starts the node's observation and gives the actors of `spec` its
+  /// hooks and observer hub.
+  static caf::expected<node_observation> make(caf::actor_system& sys,
+                                              const config::settings& cfg,
+                                              const std::string& node,
+                                              cluster::cluster_spec& spec,
+                                              std::ostream& log) {
+    auto variant = deployment_variant(cfg);
+    if (!variant)
+      return variant.error();
     auto opts = cluster::observe_options_from(cfg);
     auto session = cluster::observe_session::make(sys, opts);
     if (!session)
@@ -185,21 +192,17 @@ public:
                         + sys.render(session.error()));
     node_observation out;
     out.session_ = std::move(*session);
-    out.hooks_ = out.session_->hooks_for(mode);
-    out.mode_ = mode;
+    out.hooks_ = out.session_->hooks_for(variant->name);
+    out.mode_ = variant->name;
     out.node_ = node;
     out.trace_file_ = opts.trace_file;
     out.log_ = &log;
     if (auto port = out.session_->metrics_port())
       log << "dualpath node " << node << ": metrics at http://"
           << opts.metrics_address << ":" << port << "/metrics" << std::endl;
+    spec.hooks = out.hooks_;
+    spec.observer = out.session_->hub();
     return out;
-  }
-
-  /// Gives the actors of `spec` this process's hooks and observer hub.
-  void attach(cluster::cluster_spec& spec) const {
-    spec.hooks = hooks_;
-    spec.observer = session_->hub();
   }
 
   /// The cluster's emulated time, once known (before any actor reports).
@@ -397,15 +400,11 @@ caf::error run_scheduler_node(const config::settings& cfg,
   if (sys_cfg.caf_error())
     return sys_cfg.caf_error();
   caf::actor_system sys{sys_cfg};
-  auto variant = deployment_variant(cfg);
-  if (!variant)
-    return variant.error();
-  auto obs = node_observation::make(sys, cfg, me.name, variant->name, log);
+  auto obs = node_observation::make(sys, cfg, me.name, *spec, log);
   if (!obs)
     return obs.error();
   // The deployment's time origin: this node's start.
   auto origin_ns = unix_now_ns();
-  obs->attach(*spec);
   obs->bind(emulated_time{local_origin(origin_ns), spec->time_scale});
   auto sched = spawn_scheduler(
       sys,
@@ -504,13 +503,9 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
   caf::error result;
   {
     caf::actor_system sys{sys_cfg};
-    auto variant = deployment_variant(cfg);
-    if (!variant)
-      return variant.error();
-    auto obs = node_observation::make(sys, cfg, me.name, variant->name, log);
+    auto obs = node_observation::make(sys, cfg, me.name, *spec, log);
     if (!obs)
       return obs.error();
-    obs->attach(*spec);
     auto& sn = cf.scheduler_node();
     auto sup_hdl = connect_actor(sys, sys_cfg.security(), sn.host, sn.port,
                                  connect_patience);

@@ -247,6 +247,18 @@ cluster_toml(const deployment_ports& p, const std::string& store_dir, bool tls,
   return out.str();
 }
 
+/// A temporary directory with the cluster file of a four-node loopback
+/// deployment on free ports, plaintext links, its store inside.
+struct loopback_cluster {
+  temp_dir dir;
+  deployment_ports ports;
+  std::string file = dir.file("cluster.toml");
+
+  loopback_cluster() {
+    write_file(file, cluster_toml(ports, dir.file("store"), false));
+  }
+};
+
 /// Settings shared by every process of a test deployment and the embedded
 /// run it is compared with (1 prefill node, 2 decode nodes, 2 GPUs each).
 inline std::vector<std::string>

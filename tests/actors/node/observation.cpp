@@ -74,10 +74,9 @@ std::set<uint64_t> requests_with(const std::string& path,
 
 TEST_CASE("deployment nodes serve their metrics, write their timelines and "
           "time a job from its start") {
-  temp_dir dir;
-  deployment_ports ports;
-  auto cluster = dir.file("cluster.toml");
-  write_file(cluster, cluster_toml(ports, dir.file("store"), false));
+  loopback_cluster c;
+  auto& dir = c.dir;
+  auto& cluster = c.file;
   const double time_scale = 20;
   auto settings = deployment_settings(6, 2, time_scale);
   std::map<std::string, uint16_t> metrics;
@@ -171,13 +170,10 @@ TEST_CASE("deployment nodes serve their metrics, write their timelines and "
 }
 
 TEST_CASE("a node refuses a trace file it cannot write before it starts") {
-  temp_dir dir;
-  deployment_ports ports;
-  auto cluster = dir.file("cluster.toml");
-  write_file(cluster, cluster_toml(ports, dir.file("store"), false));
+  loopback_cluster c;
   auto res = run_process(
-      with({dualpath_binary(), "node", "--cluster", cluster, "--name", "pe0",
-            "--set", "observe.trace_file=" + dir.file("no/such/dir/t.json")},
+      with({dualpath_binary(), "node", "--cluster", c.file, "--name", "pe0",
+            "--set", "observe.trace_file=" + c.dir.file("no/such/dir/t.json")},
            deployment_settings(2, 1, 20)));
   CHECK(res.status == 2);
   CHECK(res.err.find("observe.trace_file") != std::string::npos);

@@ -47,6 +47,11 @@ public:
   /// The overrides given on the command line, in declaration order.
   std::vector<config::override_entry> given() const;
 
+  /// The subcommand's own defaults: add() names them in the help text.
+  void use_defaults(std::vector<config::override_entry> defaults) {
+    defaults_ = std::move(defaults);
+  }
+
 private:
   struct binding {
     std::string flag;
@@ -55,6 +60,7 @@ private:
     CLI::Option* option = nullptr;
   };
   std::vector<std::unique_ptr<binding>> bindings_; // stable addresses
+  std::vector<config::override_entry> defaults_;
 };
 
 /// What a subcommand runs with.
@@ -106,6 +112,14 @@ public:
 
   /// Adds the subcommand's own options to `app` (its CLI11 subcommand).
   virtual void add_options(CLI::App& app, key_flags& flags) = 0;
+
+  /// The subcommand's own defaults ("section.key=value", origin "dualpath
+  /// <name>"), over the schema's and under profiles, the file and the
+  /// command line. Called before parsing (for the help text) and after it
+  /// (to load the configuration): the answer may depend on parsed options.
+  virtual std::vector<config::override_entry> defaults() const {
+    return {};
+  }
 
   /// Runs after the configuration loaded; returns an exit_status.
   virtual int run(const invocation& inv) = 0;

@@ -31,8 +31,12 @@ CLI::Option* key_flags::add(CLI::App& app, const std::string& flag,
   auto help = spec->meaning;
   if (!spec->unit.empty())
     help += " Unit: " + spec->unit + ".";
-  help += " Sets " + key + " (default " + config::to_toml(spec->default_value)
-          + ").";
+  auto def = config::to_toml(spec->default_value);
+  for (auto& d : defaults_)
+    if (d.assignment.compare(0, key.size() + 1, key + "=") == 0)
+      def = d.assignment.substr(key.size() + 1) + " in " + d.origin
+            + "; the schema's " + def;
+  help += " Sets " + key + " (default " + def + ").";
   auto b = std::make_unique<binding>();
   b->flag = flag;
   b->key = key;
@@ -224,7 +228,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer("Configuration: every subcommand takes --config FILE, --set "
              "KEY=VALUE, --print-config and --json [FILE]. Precedence, lowest "
-             "first: defaults < profiles (--hardware/--model/--workload) < "
+             "first: defaults (the schema's, then the subcommand's own: `dualpath "
+             "run` defaults to its main job) < profiles "
+             "(--hardware/--model/--workload) < "
              "FILE < --set < subcommand flags. Every key: `dualpath config "
              "--reference`.\nCAF's own options are taken as CAF takes them: "
              "--scheduler.max-threads=4 and the like on the command line, a "
@@ -238,6 +244,7 @@ int main(int argc, char** argv) {
   for (auto& cmd : commands) {
     auto sub = app.add_subcommand(cmd->name(), cmd->description());
     options.push_back(std::make_unique<common_options>());
+    options.back()->flags.use_defaults(cmd->defaults());
     add_common_options(*sub, *options.back());
     cmd->add_options(*sub, options.back()->flags);
     subs.push_back(sub);
@@ -294,6 +301,7 @@ int main(int argc, char** argv) {
     // The subcommand's own key flags come after the shortcuts in `flags`, so
     // given() lists the profile shortcuts first.
     config::load_request req;
+    req.defaults = commands[i]->defaults();
     req.caf = caf_opts;
     if (opts.config_opt->count() > 0)
       req.file = opts.config_file;

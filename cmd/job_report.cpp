@@ -124,7 +124,27 @@ std::string embedded_shape(const config::settings& cfg) {
          + std::to_string(cfg.integer("run.prefill_nodes")) + "P"
          + std::to_string(cfg.integer("run.decode_nodes")) + "D x "
          + std::to_string(cfg.integer("hardware.gpus_per_node")) + " GPUs ("
-         + cfg.string("hardware.profile") + " hardware)";
+         + cfg.string("hardware.profile") + " hardware)" + slice_note(cfg);
+}
+
+std::string slice_note(const config::settings& cfg) {
+  auto slice = cfg.integer("hardware.slice");
+  if (slice <= 1)
+    return {};
+  auto gpus = cfg.integer("hardware.gpus_per_node");
+  auto n = std::to_string(slice);
+  return "\n  scaled: a 1/" + n + " slice of a cluster of "
+         + std::to_string(gpus * slice)
+         + "-GPU nodes (hardware.slice): each GPU keeps its compute, HBM, "
+           "compute NIC and share of the weights, each node's storage NIC, "
+           "DRAM bandwidth and DRAM buffer are divided by "
+         + n
+         + ", so the storage-NIC-to-compute balance and the KV-to-compute "
+           "ratio stay the unsliced cluster's and "
+         + std::to_string(cfg.integer("workload.agents"))
+         + " agents load it as "
+         + std::to_string(cfg.integer("workload.agents") * slice)
+         + " load that one (docs/tuning.md: the unscaled setting in sim)";
 }
 
 namespace {

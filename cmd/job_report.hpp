@@ -56,8 +56,12 @@ caf::expected<job_plan> plan_job(const config::settings& cfg,
                                  const std::string& command, job_clock clock);
 
 /// Where the compared modes ran, for the report's first lines:
-/// "ds-660b on an embedded emulated cluster of 2P4D x 8 GPUs (...)".
+/// "ds-660b on an embedded emulated cluster of 2P4D x 8 GPUs (...)", and on
+/// a second line what a slice (hardware.slice > 1) scales.
 std::string embedded_shape(const config::settings& cfg);
+
+/// "\n  scaled: ..." for a sliced cluster (hardware.slice > 1), else "".
+std::string slice_note(const config::settings& cfg);
 
 /// The first part of the text report of `run` and `sim`: what is compared
 /// on what (`where`: the cluster; `plane`: what the data plane does), the

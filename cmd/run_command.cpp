@@ -42,6 +42,21 @@ public:
         ->type_name("FILE");
   }
 
+  /// The main job: the paper's DS 27B P/D sweep at 1P2D (decode nodes'
+  /// storage NICs idle under Basic), as one GPU of each of its 8-GPU nodes
+  /// so that two cores emulate it in real time (config/profiles.cpp,
+  /// paper-hopper-slice8). A driven deployment takes its nodes' settings.
+  std::vector<config::override_entry> defaults() const override {
+    if (!cluster_file_.empty())
+      return {};
+    std::vector<config::override_entry> out;
+    for (auto kv :
+         {"hardware.profile=paper-hopper-slice8", "model.profile=ds-27b",
+          "run.prefill_nodes=1", "run.decode_nodes=2", "workload.agents=96"})
+      out.emplace_back(kv, "dualpath run");
+    return out;
+  }
+
   int run(const invocation& inv) override {
     auto& cfg = inv.cfg;
     auto plan = plan_job(cfg, job_, name(), job_clock::real);

@@ -8,6 +8,15 @@ void add_hardware(std::vector<key_spec>& out) {
   out.push_back(int_key("hardware.gpus_per_node", 8, "GPUs",
                         "GPUs per node (g); each has its own compute NIC.",
                         range::at_least(1)));
+  out.push_back(int_key(
+      "hardware.slice", 1, "",
+      "The emulated cluster is one slice of a cluster with this many times "
+      "the GPUs per node (1: no slice): an expert-parallel replica spreads "
+      "its weights over up to slice x the emulated GPUs of its role "
+      "(engines.prefill_ep, decode_ep), so each GPU holds the share of the "
+      "weights it holds in the whole cluster. A slice profile also divides "
+      "the node's storage NIC, DRAM bandwidth and DRAM buffer by it.",
+      range::at_least(1)));
   out.push_back(real_key("hardware.cnic_gbps", 400, "Gb/s",
                          "Compute-NIC bandwidth per GPU (B), per direction.",
                          range::above(0)));

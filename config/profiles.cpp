@@ -22,8 +22,26 @@ std::vector<profile> build_profiles() {
        kv{"hardware.snic_per_node", int64_t{1}}, kv{"hardware.dram_gbs", 500.0},
        kv{"hardware.gpu_tflops", 989.0}, kv{"hardware.gpu_efficiency", 0.5},
        kv{"hardware.hbm_gib", 80.0}, kv{"hardware.hbm_tbps", 3.35},
-       kv{"hardware.hbm_efficiency", 0.8},
-       kv{"hardware.dram_buffer_gib", 80.0}}});
+       kv{"hardware.hbm_efficiency", 0.8}, kv{"hardware.dram_buffer_gib", 80.0},
+       kv{"hardware.slice", int64_t{1}}}});
+  out.push_back(profile{
+      "hardware",
+      "paper-hopper-slice8",
+      "One GPU of each node of paper-hopper: 1 GPU per node with the "
+      "paper's per-GPU compute, HBM and 400 Gb/s compute NIC; the node's "
+      "storage NIC (50 Gb/s), DRAM bandwidth (62.5 GB/s) and DRAM buffer "
+      "(10 GiB) are one GPU's share of the paper's node (1/8), and "
+      "hardware.slice = 8 keeps each GPU's share of the weights. The "
+      "storage-NIC-to-compute balance and the KV-to-compute ratio stay the "
+      "paper's, so 1/8 of the agents load it as the paper's agents load "
+      "its testbed (the default cluster of `dualpath run`).",
+      {kv{"hardware.gpus_per_node", int64_t{1}},
+       kv{"hardware.slice", int64_t{8}}, kv{"hardware.cnic_gbps", 400.0},
+       kv{"hardware.snic_gbps", 50.0}, kv{"hardware.snic_per_node", int64_t{1}},
+       kv{"hardware.dram_gbs", 62.5}, kv{"hardware.gpu_tflops", 989.0},
+       kv{"hardware.gpu_efficiency", 0.5}, kv{"hardware.hbm_gib", 80.0},
+       kv{"hardware.hbm_tbps", 3.35}, kv{"hardware.hbm_efficiency", 0.8},
+       kv{"hardware.dram_buffer_gib", 10.0}}});
   // -- models
   // ------------------------------------------------------------------
   out.push_back(profile{

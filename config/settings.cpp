@@ -39,6 +39,8 @@ std::string from_where(value_source from, const std::string& origin) {
   switch (from) {
     case value_source::schema_default:
       return "default";
+    case value_source::command_default:
+      return "default of " + origin;
     case value_source::profile:
       return "profile " + origin;
     case value_source::file:
@@ -221,6 +223,8 @@ std::string to_string(value_source x) {
   switch (x) {
     case value_source::schema_default:
       return "default";
+    case value_source::command_default:
+      return "command default";
     case value_source::profile:
       return "profile";
     case value_source::file:
@@ -453,21 +457,30 @@ caf::expected<settings> load(const load_request& req) {
     std::string text;
     std::string origin;
   };
+  std::vector<parsed_override> defaults;
   std::vector<parsed_override> overrides;
-  for (auto& ov : req.overrides) {
-    auto eq = ov.assignment.find('=');
-    if (eq == std::string::npos || eq == 0)
-      return fail(config_errc::malformed_override,
-                  "override " + quoted(ov.assignment) + " (" + ov.origin
-                      + ") is not of the form section.key=value");
-    auto key = ov.assignment.substr(0, eq);
-    while (!key.empty() && key.back() == ' ')
-      key.pop_back();
-    auto text = ov.assignment.substr(eq + 1);
-    if (find_key(key) == nullptr)
-      return unknown_key_error(key, ov.origin);
-    overrides.push_back(parsed_override{key, text, ov.origin});
-  }
+  for (auto* list : {&req.defaults, &req.overrides})
+    for (auto& ov : *list) {
+      auto eq = ov.assignment.find('=');
+      if (eq == std::string::npos || eq == 0)
+        return fail(config_errc::malformed_override,
+                    "override " + quoted(ov.assignment) + " (" + ov.origin
+                        + ") is not of the form section.key=value");
+      auto key = ov.assignment.substr(0, eq);
+      while (!key.empty() && key.back() == ' ')
+        key.pop_back();
+      auto text = ov.assignment.substr(eq + 1);
+      if (find_key(key) == nullptr)
+        return unknown_key_error(key, ov.origin);
+      auto& into = list == &req.defaults ? defaults : overrides;
+      into.push_back(parsed_override{key, text, ov.origin});
+    }
+  // The command's defaults first: profiles, the file and the overrides
+  // replace them.
+  for (auto& dv : defaults)
+    if (auto e = result.set_text(dv.key, dv.text, value_source::command_default,
+                                 dv.origin))
+      return e;
   // 2. Select and apply the profiles: the last override wins, then the file,
   //    then the schema default.
   for (auto& spec : schema()) {
@@ -475,6 +488,12 @@ caf::expected<settings> load(const load_request& req) {
       continue;
     settings probe; // validates the selection with the right source
     caf::error err;
+    for (auto& dv : defaults)
+      if (dv.key == spec.name)
+        err = probe.set_text(spec.name, dv.text, value_source::command_default,
+                             dv.origin);
+    if (err)
+      return err;
     for (auto& fv : file_values)
       if (fv.key == spec.name)
         err = probe.set(spec.name, fv.x, value_source::file, *req.file);

@@ -33,6 +33,9 @@ namespace dualpath::config {
 enum class value_source : uint8_t {
   /// The schema default.
   schema_default,
+  /// The subcommand's own default (origin: "dualpath <command>"), e.g. the
+  /// main job of `dualpath run`.
+  command_default,
   /// A named profile (origin: its name).
   profile,
   /// The configuration file (origin: its path).
@@ -121,6 +124,10 @@ struct override_entry {
 
 /// What to load.
 struct load_request {
+  /// The subcommand's own defaults ("section.key=value", origin
+  /// "dualpath <command>"): over the schema defaults, under everything
+  /// else (profiles, the file, the overrides).
+  std::vector<override_entry> defaults;
   /// A TOML file with [section] tables of keys; absent: no file.
   std::optional<std::string> file;
   /// Overrides, applied in order after the file (the last one wins).

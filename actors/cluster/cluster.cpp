@@ -160,7 +160,8 @@ double weight_bytes_per_gpu(const cluster_spec& spec, engine_role role) {
       role == engine_role::prefill ? spec.prefill_nodes : spec.decode_nodes;
   auto ep = role == engine_role::prefill ? spec.prefill_ep : spec.decode_ep;
   auto gpus = std::max<uint64_t>(
-      1, std::min<uint64_t>(ep, uint64_t{nodes} * spec.gpus_per_node));
+      1, std::min<uint64_t>(ep,
+                            uint64_t{nodes} * spec.gpus_per_node * spec.slice));
   return spec.total_params * spec.model.weight_bytes_per_param
          / static_cast<double>(gpus);
 }
@@ -245,6 +246,7 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
   s.group_model.routed_share = cfg.real("model.routed_expert_share");
   s.group_model.layer_overhead_s = cfg.real("hardware.layer_overhead_us") / 1e6;
   s.total_params = cfg.real("model.total_params");
+  s.slice = static_cast<uint32_t>(cfg.integer("hardware.slice"));
   s.prefill_ep = static_cast<uint32_t>(cfg.integer("engines.prefill_ep"));
   s.decode_ep = static_cast<uint32_t>(cfg.integer("engines.decode_ep"));
   s.activation_reserve_bytes = static_cast<uint64_t>(
@@ -280,7 +282,8 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
             " / min(engines."
           + (role == engine_role::prefill ? std::string{"prefill_ep"}
                                           : std::string{"decode_ep"})
-          + ", the role's GPUs)) + engines.activation_reserve_gib exceed "
+          + ", the role's GPUs x hardware.slice)) + "
+            "engines.activation_reserve_gib exceed "
             "hardware.hbm_gib");
   {
     // A decode node's buffer holds reads and, beside them, the longest

@@ -89,6 +89,9 @@ struct cluster_spec {
   gpu::group_params group_model;
   /// Parameters stored and the GPUs a replica spreads them over.
   double total_params = 0;
+  /// hardware.slice: the emulated GPUs stand for 1/slice of the modeled
+  /// cluster's (weights are spread as in the whole).
+  uint32_t slice = 1;
   uint32_t prefill_ep = 16;
   uint32_t decode_ep = 32;
   uint64_t activation_reserve_bytes = 8ull << 30; ///< Per GPU, nominal.
@@ -142,7 +145,8 @@ uint64_t kv_bytes_per_token(const gpu::model_shape& m);
 uint64_t real_bytes_per_token_layer(const cluster_spec& spec);
 
 /// Nominal HBM bytes per GPU of `role` left for KV: HBM - the weights one
-/// GPU holds (total_params x bytes per param / min(ep, the role's GPUs)) -
+/// GPU holds (total_params x bytes per param / min(ep, the role's GPUs x
+/// hardware.slice)) -
 /// the activation reserve (0 when nothing is left).
 uint64_t hbm_kv_bytes(const cluster_spec& spec, engine_role role);
 

@@ -274,9 +274,10 @@ std::vector<std::string> small_run(const temp_dir& dir,
                                    std::vector<std::string> extra) {
   std::vector<std::string> args{
       dualpath_binary(), "run", "--quiet", "--agents", "4", "--prefill-nodes",
-      "1", "--decode-nodes", "1", "--set", "hardware.gpus_per_node=2",
-      // Two-GPU nodes hold a 37e9-parameter
-      // model's weights, not DS-660B's.
+      "1", "--decode-nodes", "1", "--hardware", "paper-hopper", "--model",
+      "ds-660b", "--set", "hardware.gpus_per_node=2",
+      // Two-GPU nodes hold a 37e9-parameter model's weights, not DS-660B's
+      // (the profiles named: not `dualpath run`'s main job).
       "--set", "model.total_params=37e9", "--byte-scale", "656", "--store-dir",
       dir.file("store")};
   args.insert(args.end(), extra.begin(), extra.end());

@@ -28,9 +28,10 @@ std::vector<std::string> small_run(const temp_dir& dir,
                                    std::vector<std::string> extra) {
   std::vector<std::string> args{
       dualpath_binary(), "run", "--quiet", "--agents", "6", "--prefill-nodes",
-      "1", "--decode-nodes", "1", "--set", "hardware.gpus_per_node=2",
-      // Two-GPU nodes hold a 37e9-parameter
-      // model's weights, not DS-660B's.
+      "1", "--decode-nodes", "1", "--hardware", "paper-hopper", "--model",
+      "ds-660b", "--set", "hardware.gpus_per_node=2",
+      // Two-GPU nodes hold a 37e9-parameter model's weights, not DS-660B's
+      // (the profiles named: not `dualpath run`'s main job).
       "--set", "model.total_params=37e9", "--byte-scale", "656", "--time-scale",
       "20", "--store-dir", dir.file("store")};
   args.insert(args.end(), extra.begin(), extra.end());
@@ -295,4 +296,43 @@ TEST_CASE("CAF's own options reach the run's actor system") {
   auto bad = run_process(small_run(dir, {"--scheduler.max-threads=0"}));
   CHECK(bad.status == 2);
   CHECK(bad.err.find("'scheduler.max-threads' = 0") != std::string::npos);
+}
+
+TEST_CASE("run's defaults are the main job: a storage-bound 1/8 slice") {
+  // The effective configuration of a bare `dualpath run`, replayed by the
+  // deterministic simulation (the limit of run with an infinitely fast
+  // host): the regime the default shows, without 50 s of real time here.
+  temp_dir dir;
+  auto cfg = run_process({dualpath_binary(), "run", "--print-config"});
+  REQUIRE(cfg.status == 0);
+  CHECK(cfg.out.find("profile = \"paper-hopper-slice8\"  # default of "
+                     "dualpath run")
+        != std::string::npos);
+  CHECK(cfg.out.find("slice = 8  # profile paper-hopper-slice8")
+        != std::string::npos);
+  auto file = dir.file("main-job.toml");
+  std::ofstream{file} << cfg.out;
+  auto sim = run_process(
+      {dualpath_binary(), "sim", "--quiet", "--json", "--config", file});
+  REQUIRE_MESSAGE(sim.status == 0, sim.err);
+  auto doc = json::parse(sim.out);
+  auto basic = doc["modes"]["basic"];
+  auto dual = doc["modes"]["dualpath"];
+  // Basic is bound by the prefill side's storage NICs, DualPath reads on
+  // both sides and finishes at least 1.5x sooner.
+  CHECK(basic["bound"] == "pe_snic");
+  CHECK(basic["snic_util_pe"].get<double>() > 0.8);
+  CHECK(dual["snic_util_de"].get<double>() > 0.3);
+  CHECK(doc["ratios"]["basic_over_dualpath_jct"].get<double>() >= 1.5);
+  // The header says what is scaled; flags still override the defaults.
+  auto text = run_process({dualpath_binary(), "sim", "--quiet", "--config",
+                           file, "--mode", "dualpath"});
+  CHECK(text.out.find("scaled: a 1/8 slice of a cluster of 8-GPU nodes")
+        != std::string::npos);
+  auto help = run_process({dualpath_binary(), "run", "--help"});
+  CHECK(help.out.find("(default 96 in dualpath run; the schema's 16)")
+        != std::string::npos);
+  auto driven = run_process(
+      {dualpath_binary(), "run", "--print-config", "--agents", "5"});
+  CHECK(driven.out.find("agents = 5  # --agents") != std::string::npos);
 }

@@ -28,7 +28,9 @@ std::vector<std::string> small(const std::string& command,
                                std::vector<std::string> extra) {
   std::vector<std::string> args{
       dualpath_binary(), command, "--quiet", "--json", "--agents", "6",
-      "--prefill-nodes", "1", "--decode-nodes", "1", "--set",
+      "--prefill-nodes", "1", "--decode-nodes", "1",
+      // The same cluster for run and sim (not run's main job).
+      "--hardware", "paper-hopper", "--model", "ds-660b", "--set",
       "hardware.gpus_per_node=2",
       // A two-GPU node holds a 37e9-parameter model's weights, not DS-660B's.
       "--set", "model.total_params=37e9", "--byte-scale", "656"};

@@ -264,8 +264,12 @@ struct loopback_cluster {
 inline std::vector<std::string>
 deployment_settings(uint32_t agents, uint32_t turns, double time_scale,
                     const std::string& backend = "tcp") {
-  // A two-GPU node holds a 37e9-parameter model's weights, not DS-660B's.
-  return {"--set", "hardware.gpus_per_node=2",
+  // The profiles named (not `dualpath run`'s main job), so that the
+  // embedded run and the nodes run the same cluster. A two-GPU node holds a
+  // 37e9-parameter model's weights, not DS-660B's.
+  return {"--set", "hardware.profile=paper-hopper",
+          "--set", "model.profile=ds-660b",
+          "--set", "hardware.gpus_per_node=2",
           "--set", "model.total_params=37e9",
           "--set", "run.byte_scale=656",
           "--set", "run.time_scale=" + std::to_string(time_scale),

@@ -84,7 +84,10 @@ for node in "pe0 prefill $pe_port" "de0 decode $de_port"; do
   printf '\n[[node]]\nname = "%s"\nrole = "%s"\nhost = "127.0.0.1"\n%s\n%s\n' \
     "$name" "$role" "bulk_port = $port" "gpus = [0, 1]" >> "$work/cluster.toml"
 done
-settings=(--set hardware.gpus_per_node=2 --set model.total_params=37e9
+# The profiles named: the nodes and the driver must run the same cluster
+# (not `dualpath run`'s main job, whose defaults only run has).
+settings=(--set hardware.profile=paper-hopper --set model.profile=ds-660b
+          --set hardware.gpus_per_node=2 --set model.total_params=37e9
           --set run.byte_scale="$byte_scale" --set run.time_scale="$time_scale"
           --set run.modes=dualpath --set run.prefill_nodes=1
           --set run.decode_nodes=1 --set transport.backend=tcp)

@@ -5,7 +5,7 @@
 # one decode node, `dualpath node`, tcp bulk transport, as the single-host
 # recipe of docs/deployment.md) is driven N times (default 5) by
 # `dualpath run --cluster` with a light job (A agents x T turns, default
-# 1x8: one request at a time, no other KV in flight) and then a heavy one
+# 1x16: one request at a time, no other KV in flight) and then a heavy one
 # (default 16x2: the KV of 16 agents at once over the same processes, byte
 # scale 4 = a quarter of the nominal bytes read, moved and verified for
 # real, time scale 20), which keeps the nodes' CPUs busy (the script prints
@@ -26,7 +26,7 @@ if [ -z "$bin" ]; then
   bin=$BUILD_DIR/bin/dualpath
 fi
 runs=5
-light=1x8
+light=1x16
 heavy=16x2
 byte_scale=4
 time_scale=20

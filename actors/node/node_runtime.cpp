@@ -256,11 +256,19 @@ private:
 
 constexpr auto observe_poll_period = seconds(1);
 
-// Blocks until `stop` or `lost` is set, polling `obs` meanwhile.
-void wait_for(const std::atomic<bool>& stop, const std::atomic<bool>& lost,
-              node_observation& obs) {
+// The scheduler node as an engine node's agent last saw it.
+enum class scheduler_link : uint8_t {
+  up,      ///< Its supervisor runs.
+  stopped, ///< It was stopped on purpose (SIGTERM/SIGINT: user_shutdown).
+  lost,    ///< It died or became unreachable.
+};
+
+// Blocks until `stop` is set or `link` is no longer up, polling `obs`
+// meanwhile.
+void wait_for(const std::atomic<bool>& stop,
+              const std::atomic<scheduler_link>& link, node_observation& obs) {
   auto next_poll = steady_clock::now() + observe_poll_period;
-  while (!stop.load() && !lost.load()) {
+  while (!stop.load() && link.load() == scheduler_link::up) {
     std::this_thread::sleep_for(milliseconds(50));
     if (steady_clock::now() >= next_poll) {
       obs.poll();
@@ -281,7 +289,7 @@ struct agent_state {
   std::shared_ptr<transport::bulk::backend> bulk;
   std::vector<caf::actor> engines;
   std::map<std::string, node_info> peers; // by name, as last seen
-  std::atomic<bool>* lost = nullptr;
+  std::atomic<scheduler_link>* link = nullptr;
   link_ptr snic;
 };
 
@@ -340,16 +348,24 @@ caf::actor spawn_agent(caf::actor_system& sys, agent_state init,
     self->state.supervisor = init.supervisor;
     self->state.bulk = init.bulk;
     self->state.engines = init.engines;
-    self->state.lost = init.lost;
+    self->state.link = init.link;
     self->state.snic = init.snic;
     reconcile(self, first);
     self->monitor(self->state.supervisor);
     self->set_down_handler([self](const caf::down_msg& dm) {
       if (dm.source == self->state.supervisor.address()) {
-        aout(self) << "dualpath node " << self->state.self_name
-                   << ": lost the scheduler node (" << to_string(dm.reason)
-                   << ")" << std::endl;
-        self->state.lost->store(true);
+        // A scheduler node stopped on purpose stops the deployment: its
+        // engine nodes stop as cleanly as on their own SIGTERM.
+        auto stopped = dm.reason == caf::exit_reason::user_shutdown;
+        if (stopped)
+          aout(self) << "dualpath node " << self->state.self_name
+                     << ": the scheduler node stopped; stopping" << std::endl;
+        else
+          aout(self) << "dualpath node " << self->state.self_name
+                     << ": lost the scheduler node (" << to_string(dm.reason)
+                     << ")" << std::endl;
+        self->state.link->store(stopped ? scheduler_link::stopped
+                                        : scheduler_link::lost);
         self->quit();
       }
     });
@@ -434,8 +450,8 @@ caf::error run_scheduler_node(const config::settings& cfg,
         << spec->gpus_per_node << " GPUs, mode " << to_string(spec->mode)
         << ", listening on " << me.host << ":" << *port << " ("
         << to_string(sys_cfg.security()) << ")" << std::endl;
-    std::atomic<bool> never{false};
-    wait_for(stop, never, *obs);
+    std::atomic<scheduler_link> self_link{scheduler_link::up};
+    wait_for(stop, self_link, *obs);
     log << "dualpath node " << me.name << ": stopping" << std::endl;
   }
   caf::scoped_actor self{sys};
@@ -499,7 +515,7 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
   node_system_config sys_cfg{cfg, cf, log};
   if (sys_cfg.caf_error())
     return sys_cfg.caf_error();
-  std::atomic<bool> lost{false};
+  std::atomic<scheduler_link> link{scheduler_link::up};
   caf::error result;
   {
     caf::actor_system sys{sys_cfg};
@@ -576,7 +592,7 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
       init.supervisor = sup;
       init.bulk = bulk;
       init.engines = *engines;
-      init.lost = &lost;
+      init.link = &link;
       init.snic = built->node->snic;
       agent = spawn_agent(sys, init, *view);
       info.actor_names.push_back("agent");
@@ -598,12 +614,12 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
             << to_string(role) << " engines joined " << sn.name << " ("
             << to_string(sys_cfg.security()) << "); bulk transport " << chosen
             << " on " << address << std::endl;
-        wait_for(stop, lost, *obs);
+        wait_for(stop, link, *obs);
         // Stopped on purpose, a lost scheduler node is no failure (a
         // deployment stopped as a whole loses it on the way).
-        if (lost.load() && !stop.load())
+        if (link.load() == scheduler_link::lost && !stop.load())
           result = node_error("lost the scheduler node " + sn.name);
-        else
+        else if (link.load() == scheduler_link::up)
           self->send(sup, leave_atom_v, me.name);
       }
       stop_actor(self, agent);

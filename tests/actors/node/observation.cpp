@@ -5,9 +5,9 @@
 // its own metrics endpoint with its own process's series, whose counters
 // moved during a job driven by `dualpath run --cluster`; each node with
 // observe.trace_file writes a valid Chrome trace of its own requests' spans
-// when it stops on SIGTERM. And a job driven a while after the nodes
-// started reports its emulated times from its own start: waiting before
-// driving it does not inflate its JCT or TTFT.
+// when it stops, on its own SIGTERM or when the scheduler node is stopped. And
+// a job driven a while after the nodes started reports its emulated times from
+// its own start: waiting before driving it does not inflate its JCT or TTFT.
 #include <doctest/doctest.h>
 
 #include <set>
@@ -150,11 +150,15 @@ TEST_CASE("deployment nodes serve their metrics, write their timelines and "
   CHECK(scrape(dir, metrics["sched"],
                R"(dualpath_requests_submitted_total{mode="dualpath"})")
         == 24);
-  // A clean stop writes each node's timeline.
-  for (size_t i = 0; i < 4; ++i)
-    d.node(i).signal(SIGTERM);
-  for (size_t i = 0; i < 4; ++i)
+  // A clean stop writes each node's timeline: pe0 on its own SIGTERM, the
+  // decode nodes when the scheduler node is stopped on purpose.
+  d.node(1).signal(SIGTERM);
+  CHECK_MESSAGE(d.node(1).wait_for(std::chrono::seconds(20)) == 0, d.logs());
+  d.node(0).signal(SIGTERM);
+  for (size_t i : {0, 2, 3})
     CHECK_MESSAGE(d.node(i).wait_for(std::chrono::seconds(20)) == 0, d.logs());
+  CHECK((d.node(2).err() + d.node(2).out()).find("the scheduler node stopped")
+        != std::string::npos);
   // Both jobs' requests (24) were prefilled on pe0 and decoded on de0 or
   // de1; every trace holds only its own node's processes.
   auto prefilled = requests_with(dir.file("pe0.trace.json"), "pe0", "prefill");

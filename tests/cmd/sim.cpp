@@ -279,11 +279,14 @@ TEST_CASE("a small cluster simulated agrees with run on JCT within 10%") {
     // with real time: not under a sanitizer (several times slower), and not
     // when the run's own health signal says its timers fired late.
     auto lag = real["modes"][mode]["lag_p99_ms"].get<double>();
-    if (sanitized || lag > 50) {
+    // 10 ms: the lag a healthy run keeps (issue 20's limit for the main
+    // job); a late run is still never faster than the simulation, its limit.
+    if (sanitized || lag > 10) {
       MESSAGE("JCT comparison skipped: "
               << (sanitized ? "sanitizer build"
                             : "the run's timers fired late (lag p99 "
                                   + std::to_string(lag) + " ms)"));
+      CHECK(s <= 1.02 * r);
     } else {
       CHECK(std::abs(s - r) <= 0.10 * r);
     }

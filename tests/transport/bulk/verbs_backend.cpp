@@ -4,7 +4,8 @@
 // WRITEs with immediates from 4 KiB to 16 MiB, bad destinations refused
 // locally with the peer still usable, a peer killed mid-transfer (every
 // pending batch fails within its deadline), reconnecting to a restarted
-// peer, 100,000 small writes with selective signalling, a wrong secret, and
+// peer, the sender's port going down and up again (in the guest only),
+// 100,000 small writes with selective signalling, a wrong secret, and
 // settings that do not fit the device. The receiving peer is this binary
 // run again as a child process (DUALPATH_VERBS_PEER=1). Devices: the sender
 // uses $DUALPATH_VERBS_DEVICE, the receiver $DUALPATH_VERBS_PEER_DEVICE
@@ -22,6 +23,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <sstream>
@@ -537,6 +539,128 @@ TEST_CASE("a restarted peer is reached again with its new details") {
   CHECK(!run(*s.be, s.write(second.region, 0, 8192)).error);
   CHECK(second.check(0, 8192, 12));
   CHECK(s.be->stats().connects == 2);
+}
+
+namespace {
+
+/// The sender device's network interface (RoCE: its port's first GID's
+/// netdev), read from sysfs; "" when the device has none.
+std::string netdev_of(const std::string& device) {
+  std::ifstream in{"/sys/class/infiniband/" + device
+                   + "/ports/1/gid_attrs/ndevs/0"};
+  std::string name;
+  in >> name;
+  return name;
+}
+
+std::string port_state(const std::string& device) {
+  std::ifstream in{"/sys/class/infiniband/" + device + "/ports/1/state"};
+  std::string text;
+  std::getline(in, text);
+  return text;
+}
+
+/// Takes `netdev` down for its lifetime (`ip link set dev X down`), up again
+/// at the end, also when a check fails.
+class link_down {
+public:
+  explicit link_down(std::string netdev) : netdev_(std::move(netdev)) {
+    auto r = dualpath::test::run_process(
+        {"/sbin/ip", "link", "set", "dev", netdev_, "down"});
+    REQUIRE_MESSAGE(r.status == 0, r.err);
+  }
+  ~link_down() {
+    up();
+  }
+  void up() {
+    if (netdev_.empty())
+      return;
+    dualpath::test::run_process(
+        {"/sbin/ip", "link", "set", "dev", netdev_, "up"});
+    netdev_.clear();
+  }
+
+private:
+  std::string netdev_;
+};
+
+} // namespace
+
+TEST_CASE("the port going down fails every pending batch; up, it reconnects") {
+  const uint64_t chunk = 1 << 20;
+  sender s{chunk}; // skips here without a device
+  auto device = env_or("DUALPATH_VERBS_DEVICE", "");
+  auto netdev = device.empty() ? std::string{} : netdev_of(device);
+  if (std::getenv("DUALPATH_VERBS_PORT_DOWN_OK") == nullptr || netdev.empty()) {
+    // Taking a host's interface down is for a throw-away guest only.
+    MESSAGE("not run: needs DUALPATH_VERBS_PORT_DOWN_OK=1 and "
+            "DUALPATH_VERBS_DEVICE naming a RoCE device (tests/rdma/in-guest "
+            "sets both)");
+    return;
+  }
+  peer_process peer{64 * chunk};
+  REQUIRE(!s.be->connect("peer", peer.details));
+  s.fill(0, chunk, 5);
+  REQUIRE(!run(*s.be, s.write(peer.region, 0, chunk)).error);
+  const int n = 200;
+  const auto deadline = 20s;
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::vector<std::pair<completion, clock_type::time_point>> done;
+  auto start = clock_type::now();
+  for (int i = 0; i < n; ++i) {
+    auto b = s.write(peer.region, (i % 64) * chunk, chunk);
+    b.writes[0].source_offset = 0;
+    b.tclass = traffic_class::kv;
+    b.deadline = start + deadline;
+    s.be->post(std::move(b), [&](completion c) {
+      std::lock_guard<std::mutex> guard{mtx};
+      done.emplace_back(std::move(c), clock_type::now());
+      cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> guard{mtx};
+    REQUIRE(cv.wait_for(guard, 60s, [&] { return !done.empty(); }));
+  }
+  link_down down{netdev};
+  auto downed = clock_type::now();
+  {
+    std::unique_lock<std::mutex> guard{mtx};
+    REQUIRE(cv.wait_for(guard, deadline + 10s,
+                        [&] { return done.size() == static_cast<size_t>(n); }));
+  }
+  size_t failed = 0;
+  size_t by_event = 0;
+  for (auto& [c, at] : done) {
+    if (!c.error)
+      continue;
+    if (failed == 0)
+      MESSAGE("the first failure: " << dualpath::config::message_of(c.error));
+    ++failed;
+    CHECK(code_of(c) == transport_errc::peer_lost);
+    if (dualpath::config::message_of(c.error).find("port error")
+        != std::string::npos)
+      ++by_event;
+  }
+  MESSAGE(failed << " of " << n << " batches failed after " << netdev
+                 << " went down, " << by_event << " by the port-error event");
+  CHECK(failed > 0);
+  CHECK(by_event > 0);
+  CHECK(done.back().second - downed < 5s);
+  // Up again: once the port is active, a new connection carries bytes.
+  down.up();
+  auto until = clock_type::now() + 30s;
+  while (port_state(device).find("ACTIVE") == std::string::npos
+         && clock_type::now() < until)
+    std::this_thread::sleep_for(100ms);
+  REQUIRE_MESSAGE(port_state(device).find("ACTIVE") != std::string::npos,
+                  port_state(device));
+  auto reconnected = s.be->connect("peer", peer.details);
+  REQUIRE_MESSAGE(!reconnected, dualpath::config::message_of(reconnected));
+  s.fill(0, 8192, 6);
+  CHECK(!run(*s.be, s.write(peer.region, 0, 8192)).error);
+  CHECK(peer.check(0, 8192, 6));
 }
 
 TEST_CASE("100,000 small writes with selective signalling, no CQ overrun") {

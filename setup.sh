@@ -16,7 +16,8 @@ packages=(build-essential cmake ninja-build pkg-config
   libcaf-dev libmsgpack-cxx-dev doctest-dev libibverbs-dev librdmacm-dev liburing-dev
   libtomlplusplus-dev libcli11-dev nlohmann-json3-dev libxxhash-dev libssl-dev openssl
   libmicrohttpd-dev zlib1g-dev clang-format fio iperf3 ucx-utils gnuplot-nox curl procps
-  python3-prometheus-client prometheus clang-14 libclang-rt-14-dev)
+  python3-prometheus-client prometheus clang-14 libclang-rt-14-dev
+  python3-dev pybind11-dev python3-torch)
 
 install_deps() {
   local missing=()

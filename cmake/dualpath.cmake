@@ -36,6 +36,9 @@ function(dualpath_module name)
   endforeach()
   if(srcs)
     add_library(dualpath_${name} STATIC ${srcs})
+    # Position-independent, so that the Python extension (a shared object,
+    # actors/client/python/) can link the modules it needs.
+    set_target_properties(dualpath_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
     target_include_directories(dualpath_${name} PUBLIC "${PROJECT_SOURCE_DIR}")
     target_link_libraries(dualpath_${name} PUBLIC ${M_DEPS})
     dualpath_target_defaults(dualpath_${name})
@@ -48,23 +51,30 @@ endfunction()
 
 # dualpath_suite(FILE LIBS ...): one executable and one ctest entry per test file.
 # Each test file names its area on a line `// ctest-label: <area>`; areas are
-# foundation storage transport engines scheduler run distribution observability sim.
+# foundation storage transport engines scheduler run distribution observability sim
+# integration.
 # A suite exits 77 to report "skipped" (hardware absent), after printing why.
-set(DUALPATH_TEST_AREAS foundation storage transport engines scheduler run distribution observability sim)
-function(dualpath_suite file)
-  cmake_parse_arguments(S "" "" "LIBS" ${ARGN})
+set(DUALPATH_TEST_AREAS foundation storage transport engines scheduler run distribution observability sim integration)
+# dualpath_suite_names(FILE COMMENT): sets rel, stem, test_name and label in
+# the caller for a suite file whose comments start with COMMENT ("//", "#").
+macro(dualpath_suite_names file comment)
   file(RELATIVE_PATH rel "${PROJECT_SOURCE_DIR}/tests" "${file}")
-  string(REGEX REPLACE "\\.cpp$" "" stem "${rel}")
+  string(REGEX REPLACE "\\.[a-z]+$" "" stem "${rel}")
   string(REPLACE "/" "." test_name "${stem}")
-  string(REPLACE "/" "_" exe "test_${stem}")
-  file(STRINGS "${file}" label_line REGEX "^// ctest-label: [a-z]+")
+  file(STRINGS "${file}" label_line REGEX "^${comment} ctest-label: [a-z]+")
   if(NOT label_line)
-    message(FATAL_ERROR "${rel}: missing a '// ctest-label: <area>' line")
+    message(FATAL_ERROR "${rel}: missing a '${comment} ctest-label: <area>' line")
   endif()
-  string(REGEX REPLACE "^// ctest-label: ([a-z]+).*" "\\1" label "${label_line}")
+  string(REGEX REPLACE "^${comment} ctest-label: ([a-z]+).*" "\\1" label "${label_line}")
   if(NOT label IN_LIST DUALPATH_TEST_AREAS)
     message(FATAL_ERROR "${rel}: label '${label}' is not one of ${DUALPATH_TEST_AREAS}")
   endif()
+endmacro()
+
+function(dualpath_suite file)
+  cmake_parse_arguments(S "" "" "LIBS" ${ARGN})
+  dualpath_suite_names("${file}" "//")
+  string(REPLACE "/" "_" exe "test_${stem}")
   # tests/<a>/<b>/x.cpp tests the module dualpath_<a>_<b>; tests/cmd/ tests the command.
   get_filename_component(dir "${rel}" DIRECTORY)
   string(REPLACE "/" "_" module "dualpath_${dir}")
@@ -107,4 +117,18 @@ function(dualpath_suite file)
   endif()
   set_tests_properties(${test_name} PROPERTIES LABELS "${label}" SKIP_RETURN_CODE 77
     TIMEOUT ${timeout} ENVIRONMENT "DUALPATH_BUILD_DIR=${CMAKE_BINARY_DIR};DUALPATH_SOURCE_DIR=${PROJECT_SOURCE_DIR};UBSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/cmake/ubsan.supp:halt_on_error=1:print_stacktrace=1;TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/cmake/tsan.supp:halt_on_error=1:second_deadlock_stack=1")
+endfunction()
+
+# dualpath_python_suite(FILE): one ctest entry per Python test file (a line
+# `# ctest-label: <area>`), run by the interpreter the Python module was
+# built for (DUALPATH_PYTHON) with the module on PYTHONPATH. Not registered
+# when the module is not built (no pybind11). Exit 77 reports "skipped".
+function(dualpath_python_suite file)
+  if(NOT TARGET dualpath_python)
+    return()
+  endif()
+  dualpath_suite_names("${file}" "#")
+  add_test(NAME ${test_name} COMMAND "${DUALPATH_PYTHON}" "${file}")
+  set_tests_properties(${test_name} PROPERTIES LABELS "${label}" SKIP_RETURN_CODE 77
+    TIMEOUT 300 ENVIRONMENT "PYTHONPATH=${DUALPATH_PYTHONPATH};DUALPATH_BUILD_DIR=${CMAKE_BINARY_DIR};DUALPATH_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endfunction()

@@ -1,6 +1,8 @@
 // `dualpath node --cluster FILE --name NAME`: runs one node of a deployment
 // (actors/node/node_runtime.hpp) until SIGINT or SIGTERM, or until the
-// scheduler node is lost. Every node and `dualpath run --cluster` take the
+// scheduler node is lost. With observe.metrics_port it serves its process's
+// metrics; with observe.trace_file it writes its timeline (on a clean stop
+// and after each job). Every node and `dualpath run --cluster` take the
 // same cluster file and the same --config/--set settings.
 #include <atomic>
 #include <csignal>
@@ -46,17 +48,11 @@ public:
     auto cluster = actors::node::load_cluster(cluster_file_);
     if (!cluster)
       return inv.fail(name(), message(cluster.error()), exit_usage);
-    // Not silently ignored: the settings file is shared with the driver,
-    // which does serve them, so a node says so and runs on.
-    if (inv.cfg.integer("observe.metrics_port") != 0)
-      inv.err << "dualpath node: observe.metrics_port = "
-              << inv.cfg.integer("observe.metrics_port")
-              << " is not served by a node yet (only by `dualpath run`; "
-                 "docs/deployment.md, Limitations)\n";
-    if (!inv.cfg.string("observe.trace_file").empty())
-      inv.err << "dualpath node: observe.trace_file is not written by a node "
-                 "yet (only by `dualpath run`; docs/deployment.md, "
-                 "Limitations)\n";
+    // The node's timeline is written when it stops: a path it cannot write
+    // is found now, not after the node ran.
+    if (auto err = check_output_file("observe.trace_file",
+                                     inv.cfg.string("observe.trace_file")))
+      return inv.fail(name(), message(err), exit_usage);
     std::signal(SIGINT, on_stop_signal);
     std::signal(SIGTERM, on_stop_signal);
     auto err = actors::node::run_node(inv.cfg, *cluster, name_, stop_requested,

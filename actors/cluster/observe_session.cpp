@@ -241,6 +241,10 @@ uint16_t observe_session::metrics_port() const {
   return server_ ? server_->port() : 0;
 }
 
+size_t observe_session::spans() const {
+  return timeline_ ? timeline_->size() : 0;
+}
+
 caf::error observe_session::finish() {
   if (!timeline_)
     return caf::none;

@@ -96,7 +96,11 @@ public:
   /// timeline file or periodic snapshots to observers.
   bool observed() const;
 
-  /// Writes the timeline (if configured).
+  /// Spans recorded so far (0 without a timeline).
+  size_t spans() const;
+
+  /// Writes the timeline (if configured); may be called again later (the
+  /// file is replaced atomically with everything recorded so far).
   caf::error finish();
 
 private:

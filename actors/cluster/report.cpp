@@ -33,6 +33,7 @@ mode_report summarize(const std::string& mode, const replay_outcome& outcome,
   std::vector<double> ttft;
   std::vector<double> ttst;
   std::vector<double> tpot;
+  std::vector<double> control_rtt;
   uint64_t tokens = 0;
   uint64_t met = 0;
   for (auto& rec : outcome.records) {
@@ -61,7 +62,11 @@ mode_report summarize(const std::string& mode, const replay_outcome& outcome,
     r.blocks_persisted += x.blocks_persisted;
     r.reroutes += x.reroutes;
     r.buffer_waits += x.buffer_waits;
+    if (x.control_rtt_ns >= 0)
+      control_rtt.push_back(static_cast<double>(x.control_rtt_ns) / 1e6);
   }
+  r.control_rtt_p50_ms = quantile(control_rtt, 0.5);
+  r.control_rtt_p99_ms = quantile(control_rtt, 0.99);
   r.tokens_per_s = r.jct_s > 0 ? static_cast<double>(tokens) / r.jct_s : 0;
   r.ttft_p50_s = quantile(ttft, 0.5);
   r.ttft_p99_s = quantile(ttft, 0.99);
@@ -134,6 +139,8 @@ nlohmann::json to_json(const mode_report& r) {
       {"wall_s", r.wall_s},
       {"setup_s", r.setup_s},
       {"lag_p99_ms", r.lag_p99_ms},
+      {"control_rtt_p50_ms", r.control_rtt_p50_ms},
+      {"control_rtt_p99_ms", r.control_rtt_p99_ms},
   };
 }
 
@@ -250,6 +257,11 @@ void print_table(std::ostream& out, const std::vector<mode_report>& modes,
       {"wall (s)", [](const mode_report& r) { return fixed(r.wall_s, 1); }},
       {"timer lag p99 (ms)",
        [](const mode_report& r) { return fixed(r.lag_p99_ms, 1); }},
+      {"control RTT p50/p99 ms",
+       [](const mode_report& r) {
+         return fixed(r.control_rtt_p50_ms, 2) + " / "
+                + fixed(r.control_rtt_p99_ms, 2);
+       }},
       {"setup+stop (s)",
        [](const mode_report& r) { return fixed(r.setup_s, 1); }},
   };

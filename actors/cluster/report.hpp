@@ -93,6 +93,12 @@ struct mode_report {
   double wall_s = 0;     ///< Wall seconds of the replay.
   double setup_s = 0;    ///< Wall seconds building and stopping the cluster.
   double lag_p99_ms = 0; ///< Timer lateness p99 (wall ms), see replay.hpp.
+  /// Round trip of the control message that placed each request (the
+  /// prefill engine's fetch to the scheduler and its reply; wall ms on the
+  /// engine's actor clock, 0 in simulated time), over the requests that
+  /// have one (request_result::control_rtt_ns); 0 when none has.
+  double control_rtt_p50_ms = 0;
+  double control_rtt_p99_ms = 0;
 };
 
 /// The p-quantile (0..1, nearest rank) of `xs` (0 for an empty vector).

@@ -14,11 +14,13 @@
 
 #include "actors/cluster/bounds.hpp"
 #include "actors/cluster/cluster.hpp"
+#include "actors/cluster/observe_session.hpp"
 #include "actors/cluster/replay.hpp"
 #include "actors/node/node_system.hpp"
 #include "actors/node/supervisor.hpp"
 #include "actors/placement/global_scheduler.hpp"
 #include "actors/protocol/prefill_engine_actor.hpp"
+#include "actors/protocol/register.hpp"
 #include "scheduler/workload/trajectory.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/storage/block_store.hpp"
@@ -159,10 +161,120 @@ const node_info* find_node(const cluster_view& v, const std::string& name) {
   return nullptr;
 }
 
-// Blocks until `stop` or `lost` is set.
-void wait_for(const std::atomic<bool>& stop, const std::atomic<bool>& lost) {
-  while (!stop.load() && !lost.load())
+// -- a node's observation -----------------------------------------------------
+
+// What `observe.*` asks of a node process, as `dualpath run` does for its
+// embedded cluster (actors/cluster/observe_session.hpp): the /metrics
+// endpoint of this process's actors (engines, reader and bulk transport of an
+// engine node; the scheduler of the scheduler node), series labelled with
+// the deployment's mode, and the timeline of its spans. The timeline is
+// written when the node stops, and also whenever spans were recorded and
+// none came for a poll period (a job against the deployment ended), so a
+// long-running node's file holds every job so far.
+class node_observation {
+public:
+  /// Starts the node's observation and gives the actors of `spec` its
+  /// hooks and observer hub.
+  static caf::expected<node_observation> make(caf::actor_system& sys,
+                                              const config::settings& cfg,
+                                              const std::string& node,
+                                              cluster::cluster_spec& spec,
+                                              std::ostream& log) {
+    auto variant = deployment_variant(cfg);
+    if (!variant)
+      return variant.error();
+    auto opts = cluster::observe_options_from(cfg);
+    auto session = cluster::observe_session::make(sys, opts);
+    if (!session)
+      return node_error("observe.metrics_port: cannot serve metrics on "
+                        + opts.metrics_address + ":"
+                        + std::to_string(opts.metrics_port) + ": "
+                        + sys.render(session.error()));
+    node_observation out;
+    out.session_ = std::move(*session);
+    out.hooks_ = out.session_->hooks_for(variant->name);
+    out.mode_ = variant->name;
+    out.node_ = node;
+    out.trace_file_ = opts.trace_file;
+    out.log_ = &log;
+    if (auto port = out.session_->metrics_port())
+      log << "dualpath node " << node << ": metrics at http://"
+          << opts.metrics_address << ":" << port << "/metrics" << std::endl;
+    spec.hooks = out.hooks_;
+    spec.observer = out.session_->hub();
+    return out;
+  }
+
+  /// The cluster's emulated time, once known (before any actor reports).
+  void bind(const emulated_time& time) const {
+    hooks_->bind(time);
+  }
+
+  /// Exports the byte counters of `node` (storage NIC, DRAM, compute NICs,
+  /// bulk transport) until stop().
+  void watch(const node_ptr& node, uint32_t byte_scale) {
+    watch_ = session_->watch({node}, byte_scale, mode_);
+  }
+
+  /// Called about once per period by the waiting thread: writes the
+  /// timeline when spans came since the last write and none since the last
+  /// poll.
+  void poll() {
+    auto n = session_->spans();
+    if (n != written_ && n == seen_)
+      write(n);
+    seen_ = n;
+  }
+
+  /// The last collection of the watched counters and the final timeline.
+  void stop() {
+    watch_.reset();
+    write(session_->spans());
+  }
+
+private:
+  void write(size_t spans) {
+    if (trace_file_.empty())
+      return;
+    if (auto err = session_->finish())
+      *log_ << "dualpath node " << node_
+            << ": observe.trace_file: " << render(err) << std::endl;
+    else
+      written_ = spans;
+  }
+
+  std::unique_ptr<cluster::observe_session> session_;
+  std::shared_ptr<cluster::cluster_hooks> hooks_;
+  std::shared_ptr<void> watch_;
+  std::string mode_;
+  std::string node_;
+  std::string trace_file_;
+  std::ostream* log_ = nullptr;
+  size_t written_ = 0; // spans in the file
+  size_t seen_ = 0;    // spans at the last poll
+};
+
+constexpr auto observe_poll_period = seconds(1);
+
+// The scheduler node as an engine node's agent last saw it.
+enum class scheduler_link : uint8_t {
+  up,      ///< Its supervisor runs.
+  stopped, ///< It was stopped on purpose (SIGTERM/SIGINT: user_shutdown).
+  lost,    ///< It died or became unreachable.
+};
+
+// Blocks until `stop` is set or `link` is no longer up, polling `obs`
+// meanwhile.
+void wait_for(const std::atomic<bool>& stop,
+              const std::atomic<scheduler_link>& link, node_observation& obs) {
+  auto next_poll = steady_clock::now() + observe_poll_period;
+  while (!stop.load() && link.load() == scheduler_link::up) {
     std::this_thread::sleep_for(milliseconds(50));
+    if (steady_clock::now() >= next_poll) {
+      obs.poll();
+      next_poll += observe_poll_period;
+    }
+  }
 }
 
 // -- the node agent -----------------------------------------------------------
@@ -177,7 +289,7 @@ struct agent_state {
   std::shared_ptr<transport::bulk::backend> bulk;
   std::vector<caf::actor> engines;
   std::map<std::string, node_info> peers; // by name, as last seen
-  std::atomic<bool>* lost = nullptr;
+  std::atomic<scheduler_link>* link = nullptr;
   link_ptr snic;
 };
 
@@ -236,16 +348,24 @@ caf::actor spawn_agent(caf::actor_system& sys, agent_state init,
     self->state.supervisor = init.supervisor;
     self->state.bulk = init.bulk;
     self->state.engines = init.engines;
-    self->state.lost = init.lost;
+    self->state.link = init.link;
     self->state.snic = init.snic;
     reconcile(self, first);
     self->monitor(self->state.supervisor);
     self->set_down_handler([self](const caf::down_msg& dm) {
       if (dm.source == self->state.supervisor.address()) {
-        aout(self) << "dualpath node " << self->state.self_name
-                   << ": lost the scheduler node (" << to_string(dm.reason)
-                   << ")" << std::endl;
-        self->state.lost->store(true);
+        // A scheduler node stopped on purpose stops the deployment: its
+        // engine nodes stop as cleanly as on their own SIGTERM.
+        auto stopped = dm.reason == caf::exit_reason::user_shutdown;
+        if (stopped)
+          aout(self) << "dualpath node " << self->state.self_name
+                     << ": the scheduler node stopped; stopping" << std::endl;
+        else
+          aout(self) << "dualpath node " << self->state.self_name
+                     << ": lost the scheduler node (" << to_string(dm.reason)
+                     << ")" << std::endl;
+        self->state.link->store(stopped ? scheduler_link::stopped
+                                        : scheduler_link::lost);
         self->quit();
       }
     });
@@ -296,6 +416,12 @@ caf::error run_scheduler_node(const config::settings& cfg,
   if (sys_cfg.caf_error())
     return sys_cfg.caf_error();
   caf::actor_system sys{sys_cfg};
+  auto obs = node_observation::make(sys, cfg, me.name, *spec, log);
+  if (!obs)
+    return obs.error();
+  // The deployment's time origin: this node's start.
+  auto origin_ns = unix_now_ns();
+  obs->bind(emulated_time{local_origin(origin_ns), spec->time_scale});
   auto sched = spawn_scheduler(
       sys,
       cluster::scheduler_config_for(*spec, cf.names_of(node_role::prefill),
@@ -310,7 +436,7 @@ caf::error run_scheduler_node(const config::settings& cfg,
                       caf::actor_cast<caf::actor>(gate)};
   self_info.settings_digest = settings_digest(cfg);
   self_info.settings = deployment_settings(cfg);
-  auto sup = spawn_supervisor(sys, self_info, unix_now_ns());
+  auto sup = spawn_supervisor(sys, self_info, origin_ns);
   auto port = publish_actor(sys, sys_cfg.security(),
                             caf::actor_cast<caf::actor>(sup), me.host, me.port);
   caf::error result;
@@ -324,14 +450,15 @@ caf::error run_scheduler_node(const config::settings& cfg,
         << spec->gpus_per_node << " GPUs, mode " << to_string(spec->mode)
         << ", listening on " << me.host << ":" << *port << " ("
         << to_string(sys_cfg.security()) << ")" << std::endl;
-    std::atomic<bool> never{false};
-    wait_for(stop, never);
+    std::atomic<scheduler_link> self_link{scheduler_link::up};
+    wait_for(stop, self_link, *obs);
     log << "dualpath node " << me.name << ": stopping" << std::endl;
   }
   caf::scoped_actor self{sys};
   stop_actor(self, caf::actor_cast<caf::actor>(sup));
   stop_actor(self, caf::actor_cast<caf::actor>(gate));
   stop_actor(self, caf::actor_cast<caf::actor>(*sched));
+  obs->stop();
   return result;
 }
 
@@ -388,10 +515,13 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
   node_system_config sys_cfg{cfg, cf, log};
   if (sys_cfg.caf_error())
     return sys_cfg.caf_error();
-  std::atomic<bool> lost{false};
+  std::atomic<scheduler_link> link{scheduler_link::up};
   caf::error result;
   {
     caf::actor_system sys{sys_cfg};
+    auto obs = node_observation::make(sys, cfg, me.name, *spec, log);
+    if (!obs)
+      return obs.error();
     auto& sn = cf.scheduler_node();
     auto sup_hdl = connect_actor(sys, sys_cfg.security(), sn.host, sn.port,
                                  connect_patience);
@@ -417,12 +547,14 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
           + ": start every node with the same --config and "
             "--set options");
     emulated_time time{local_origin(view->origin_unix_ns), spec->time_scale};
+    obs->bind(time);
     auto role = me.role == node_role::prefill ? engine_role::prefill
                                               : engine_role::decode;
     auto built =
         cluster::build_node(sys, *spec, me.name, role, bulk, *store, time);
     if (!built)
       return built.error();
+    obs->watch(built->node, spec->byte_scale);
     auto names = cf.names_of(me.role);
     auto group = static_cast<uint32_t>(
         std::find(names.begin(), names.end(), me.name) - names.begin());
@@ -460,7 +592,7 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
       init.supervisor = sup;
       init.bulk = bulk;
       init.engines = *engines;
-      init.lost = &lost;
+      init.link = &link;
       init.snic = built->node->snic;
       agent = spawn_agent(sys, init, *view);
       info.actor_names.push_back("agent");
@@ -482,10 +614,12 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
             << to_string(role) << " engines joined " << sn.name << " ("
             << to_string(sys_cfg.security()) << "); bulk transport " << chosen
             << " on " << address << std::endl;
-        wait_for(stop, lost);
-        if (lost.load())
+        wait_for(stop, link, *obs);
+        // Stopped on purpose, a lost scheduler node is no failure (a
+        // deployment stopped as a whole loses it on the way).
+        if (link.load() == scheduler_link::lost && !stop.load())
           result = node_error("lost the scheduler node " + sn.name);
-        else
+        else if (link.load() == scheduler_link::up)
           self->send(sup, leave_atom_v, me.name);
       }
       stop_actor(self, agent);
@@ -493,6 +627,7 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
         stop_actor(self, *i);
     }
     stop_actor(self, caf::actor_cast<caf::actor>(built->node->reader));
+    obs->stop();
     built->node.reset();
     built->keep_alive.clear();
   }

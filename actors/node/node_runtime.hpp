@@ -17,7 +17,8 @@
 // what the lost node held (actors/placement/global_scheduler.cpp).
 //
 // Thread safety: run_node blocks its caller until `stop` becomes true or the
-// scheduler node is lost; run_cluster_job blocks until the replay ends.
+// scheduler node stops or is lost; run_cluster_job blocks until the replay
+// ends.
 #pragma once
 
 #include <atomic>
@@ -35,7 +36,8 @@ namespace dualpath::actors::node {
 
 /// Runs node `name` of `cluster` (see file comment). Progress and warnings go
 /// to `log`. Returns an error when the node cannot start or loses the
-/// scheduler node; none after a requested stop.
+/// scheduler node; none after a requested stop, its own or the scheduler
+/// node's (stopped on purpose, which stops the deployment).
 caf::error run_node(const config::settings& cfg, const cluster_file& cluster,
                     const std::string& name, const std::atomic<bool>& stop,
                     std::ostream& log);

@@ -82,6 +82,13 @@ std::vector<family_spec> standard_families() {
       {"dualpath_tpot_seconds", k::histogram,
        "Mean time per output token after the first (emulated).",
        seconds_buckets()},
+      {"dualpath_control_rtt_seconds",
+       k::histogram,
+       "Round trip of a control message (label message: fetch, a prefill "
+       "engine's fetch to the global scheduler and its reply), wall time "
+       "on the sender's actor clock.",
+       {50e-6, 100e-6, 250e-6, 500e-6, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+        0.1, 0.25, 1}},
       {"dualpath_engine_requests",
        k::gauge,
        "Unfinished requests of an engine (seq_e), as last reported.",

@@ -139,6 +139,11 @@ struct request_result {
   /// Its storage reads (either side) and slot reservations that waited for
   /// room in a node's DRAM buffer.
   uint32_t buffer_waits = 0;
+  /// Round trip of the control message that placed it: the prefill
+  /// engine's fetch to the global scheduler and its reply, on the prefill
+  /// engine's actor clock (wall ns in real time); -1 when the scheduler
+  /// pushed the request to its group instead (no round trip).
+  int64_t control_rtt_ns = -1;
 };
 
 template <class Inspector>
@@ -147,7 +152,8 @@ typename Inspector::result_type inspect(Inspector& f, request_result& x) {
            x.ttft_ns, x.ttst_ns, x.tpot_ns, x.done_ns, x.bytes_read_pe,
            x.bytes_read_de, x.bytes_compute_net, x.blocks_verified,
            x.verify_failures, x.recomputed_blocks, x.reroutes, x.bytes_pe_to_de,
-           x.bytes_de_to_pe, x.blocks_persisted, x.buffer_waits);
+           x.bytes_de_to_pe, x.blocks_persisted, x.buffer_waits,
+           x.control_rtt_ns);
 }
 
 /// An engine could not complete its attempt at a request: `id` is the id the
@@ -252,12 +258,15 @@ struct read_completion {
   std::vector<block_hash> failed;
   /// The read (or reservation) waited for room in the node's DRAM buffer.
   bool waited_for_buffer = false;
+  /// Why each block of `failed` failed, in the same order (the store's
+  /// storage_errc: missing_block, layer_checksum, io_error, ...).
+  std::vector<caf::error> why_failed;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, read_completion& x) {
   return f(caf::meta::type_name("read_completion"), x.request_id, x.leases,
-           x.failed, x.waited_for_buffer);
+           x.failed, x.waited_for_buffer, x.why_failed);
 }
 
 /// A node's storage read queue, in tokens and bytes, and queued requests.
@@ -435,13 +444,15 @@ struct prefill_summary {
   uint64_t bytes_read_pe = 0;
   uint32_t pe_side_blocks = 0;
   uint32_t buffer_waits = 0; ///< Its PE-side read waited for buffer room.
+  /// The fetch round trip that placed it (request_result::control_rtt_ns).
+  int64_t control_rtt_ns = -1;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, prefill_summary& x) {
   return f(caf::meta::type_name("prefill_summary"), x.request_id, x.hit_blocks,
            x.recomputed_blocks, x.bytes_read_pe, x.pe_side_blocks,
-           x.buffer_waits);
+           x.buffer_waits, x.control_rtt_ns);
 }
 
 /// Leases handed back to a storage reader at once (one message for all the

@@ -203,6 +203,7 @@ impl::behavior_type prefetching_reader(self_ptr self,
                     done.leases.push_back(std::move(lease));
                   }
                   done.failed = std::move(got.failed);
+                  done.why_failed = std::move(got.why_failed);
                   std::sort(done.leases.begin(), done.leases.end(),
                             [](auto& a, auto& b) {
                               return a.block_index < b.block_index;

@@ -68,9 +68,12 @@ struct pending_read {
   size_t next = 0;     // next block to issue
   size_t finished = 0; // blocks done (leased or failed)
   std::vector<std::optional<buffer_lease>> leases; // per block (not runs)
-  // With lease_runs: one lease per run of blocks, and the failed blocks.
+  std::vector<caf::error> errors; // per block (not runs): why it failed
+  // With lease_runs: one lease per run of blocks, and the failed blocks
+  // with why each failed.
   std::vector<buffer_lease> runs;
   std::vector<block_hash> failed;
+  std::vector<caf::error> why_failed;
   caf::actor_clock::time_point accepted_at{}; // for the timeline
   bool waited = false; // a block found the buffer full (or reserved ahead)
 };
@@ -225,13 +228,16 @@ void finish_read(self_ptr self, uint64_t request) {
       std::sort(p.runs.begin(), p.runs.end(), by_block_index);
     done.leases = std::move(p.runs);
     done.failed = std::move(p.failed);
+    done.why_failed = std::move(p.why_failed);
   } else {
     done.leases.reserve(p.finished);
     for (size_t k = 0; k < p.leases.size(); ++k) {
       if (p.leases[k])
         done.leases.push_back(std::move(*p.leases[k]));
-      else
+      else {
         done.failed.push_back(p.req.blocks[k]);
+        done.why_failed.push_back(std::move(p.errors[k]));
+      }
     }
   }
   st.queue.tokens -= p.req.tokens;
@@ -462,6 +468,8 @@ void complete_block(self_ptr self, uint64_t request, size_t index,
   auto& p = st.reads.at(request);
   auto& counters = st.cfg.counters;
   if (err) {
+    if (index < p.errors.size())
+      p.errors[index] = err;
     st.cfg.pool->release(slot);
     drop_read_place(st);
     if (counters)
@@ -516,6 +524,7 @@ void complete_run(self_ptr self, io_job& job) {
       --st.run_places;
       drop_read_place(st);
       p.failed.push_back(part.hash);
+      p.why_failed.push_back(part.err);
       run = nullptr;
       if (counters)
         ++counters->blocks_failed;
@@ -630,6 +639,7 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
         pending_read p;
         if (!st.cfg.lease_runs)
           p.leases.resize(req.blocks.size());
+        p.errors.resize(req.blocks.size());
         st.queue.tokens += req.tokens;
         st.queue.bytes += payload_bytes(st) * req.blocks.size();
         st.queue.requests += 1;

@@ -57,7 +57,9 @@ TEST_CASE("every mode completes with every block verified") {
                         "bytes_read_de_side",
                         "bytes_compute_net",
                         "blocks_verified",
-                        "verify_failures"};
+                        "verify_failures",
+                        "control_rtt_p50_ms",
+                        "control_rtt_p99_ms"};
   REQUIRE(doc.contains("modes"));
   for (auto mode :
        {"basic", "layerwise", "dualpath-rr", "dualpath", "oracle"}) {
@@ -76,6 +78,13 @@ TEST_CASE("every mode completes with every block verified") {
     // The wall-clock health signal is sampled (a real timer is never
     // exactly on time), not left at its initial 0.
     CHECK(m["lag_p99_ms"].get<double>() > 0);
+    // The control round trip (a fetch to the scheduler and its reply) is
+    // measured in real time: positive, and a fraction of the job.
+    auto rtt_p50 = m["control_rtt_p50_ms"].get<double>();
+    auto rtt_p99 = m["control_rtt_p99_ms"].get<double>();
+    CHECK(rtt_p50 > 0);
+    CHECK(rtt_p50 <= rtt_p99);
+    CHECK(rtt_p99 < m["jct_s"].get<double>() * 1e3);
   }
   // Oracle bypasses I/O, not caching: the blocks the other modes persist
   // after decode are stored for it too, so no turn recomputes more.

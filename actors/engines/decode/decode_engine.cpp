@@ -930,6 +930,7 @@ void send_done(self_ptr self, uint64_t id) {
   r.result.bytes_read_pe = r.summary.bytes_read_pe;
   r.result.recomputed_blocks = r.summary.recomputed_blocks;
   r.result.buffer_waits += r.summary.buffer_waits;
+  r.result.control_rtt_ns = r.summary.control_rtt_ns;
   r.result.bytes_compute_net =
       r.result.bytes_pe_to_de + r.result.bytes_de_to_pe;
   if (r.result.done_ns == 0)

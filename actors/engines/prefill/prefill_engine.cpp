@@ -157,7 +157,8 @@ void on_slot(self_ptr self, uint64_t id, decode_slot slot) {
   self->send(
       caf::actor_cast<decode_engine_actor>(j.a.decode_actor), prefilled_atom_v,
       prefill_summary{j.id, hit, j.plan.hit_blocks - hit, j.bytes_read_pe,
-                      pe_side, j.pe_read.waited_for_buffer ? 1u : 0u});
+                      pe_side, j.pe_read.waited_for_buffer ? 1u : 0u,
+                      j.control_rtt_ns});
   pump(self);
 }
 
@@ -178,7 +179,8 @@ void on_read(self_ptr self, uint64_t id, read_completion c) {
 
 // Requests the scheduler placed on this node's GPUs: their PE-side reads go
 // to the node's reader now, in placement order.
-void on_assigned(self_ptr self, work_batch& w) {
+// `rtt_ns`: the round trip of the fetch whose reply `w` is (-1: pushed).
+void on_assigned(self_ptr self, work_batch& w, int64_t rtt_ns) {
   auto& st = self->state;
   auto& cfg = st.cfg;
   auto now = emulated_now(self, cfg.time);
@@ -194,6 +196,7 @@ void on_assigned(self_ptr self, work_batch& w) {
     auto full = j.tokens / cfg.model.block_tokens;
     j.plan = plan_for(cfg.mode, a.plan, full);
     j.placed_at = now;
+    j.control_rtt_ns = rtt_ns;
     j.a = std::move(a);
     auto& lane = st.lanes[j.lane];
     lane.fifo.push_back(id);
@@ -344,11 +347,24 @@ void schedule_fetch(self_ptr self) {
 void fetch(self_ptr self) {
   auto& cfg = self->state.cfg;
   auto sched = caf::actor_cast<scheduler_actor>(cfg.scheduler);
+  auto sent = self->clock().now();
   self->request(sched, caf::infinite, fetch_atom_v, group_load(self))
       .then(
-          [self](work_batch& w) {
+          [self, sent](work_batch& w) {
+            // The control plane's latency as the engine sees it: scheduler
+            // work plus, across processes, the CAF links both ways (what a
+            // saturating KV stream must not delay).
+            auto rtt = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           self->clock().now() - sent)
+                           .count();
+            auto& cfg = self->state.cfg;
+            if (cfg.hooks)
+              cfg.hooks->observe(
+                  "dualpath_control_rtt_seconds",
+                  {{"node", cfg.node->name}, {"message", "fetch"}},
+                  static_cast<double>(rtt) / 1e9);
             if (!w.items.empty())
-              on_assigned(self, w);
+              on_assigned(self, w, rtt);
             schedule_fetch(self);
           },
           [self](caf::error& err) {
@@ -421,7 +437,7 @@ impl_actor::behavior_type prefill_engine(self_ptr self, engine_config cfg) {
   if (st.cfg.scheduler)
     schedule_fetch(self);
   return {
-      [self](prefill_atom, work_batch& w) { on_assigned(self, w); },
+      [self](prefill_atom, work_batch& w) { on_assigned(self, w, -1); },
       [self](status_atom) { return group_load(self); },
       [self](fetch_tick_atom) { fetch(self); },
       [self](kick_atom) {

@@ -71,6 +71,8 @@ struct pe_job {
   std::vector<uint64_t> leases;
   uint64_t bytes_read_pe = 0; // nominal
   time_point placed_at{};
+  // The round trip of the fetch that brought it (-1: pushed, none).
+  int64_t control_rtt_ns = -1;
 };
 
 struct pe_lane {

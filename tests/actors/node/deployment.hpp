@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -119,6 +120,18 @@ cluster_toml(const deployment_ports& p, const std::string& store_dir, bool tls,
   return out.str();
 }
 
+/// A temporary directory with the cluster file of a four-node loopback
+/// deployment on free ports, plaintext links, its store inside.
+struct loopback_cluster {
+  temp_dir dir;
+  deployment_ports ports;
+  std::string file = dir.file("cluster.toml");
+
+  loopback_cluster() {
+    write_file(file, cluster_toml(ports, dir.file("store"), false));
+  }
+};
+
 /// Settings shared by every process of a test deployment and the embedded
 /// run it is compared with (1 prefill node, 2 decode nodes, 2 GPUs each).
 inline std::vector<std::string>
@@ -144,9 +157,16 @@ deployment_settings(uint32_t agents, uint32_t turns, double time_scale,
 /// The four node processes of a test deployment.
 class deployment {
 public:
+  /// Per node name, arguments only that node gets (e.g. its own
+  /// observe.metrics_port).
+  using node_args = std::map<std::string, std::vector<std::string>>;
+
   deployment(const temp_dir& dir, const std::string& cluster_file,
-             const std::vector<std::string>& settings)
-      : dir_(dir), cluster_file_(cluster_file), settings_(settings) {
+             const std::vector<std::string>& settings, node_args own = {})
+      : dir_(dir),
+        cluster_file_(cluster_file),
+        settings_(settings),
+        own_(std::move(own)) {
     no_leak_check_in_children();
     for (size_t i = 0; i < 4; ++i) {
       nodes_.emplace_back(start(i, ""));
@@ -196,6 +216,8 @@ private:
     std::vector<std::string> argv{dualpath_binary(), "node",   "--cluster",
                                   cluster_file_,     "--name", name};
     argv.insert(argv.end(), settings_.begin(), settings_.end());
+    if (auto o = own_.find(name); o != own_.end())
+      argv.insert(argv.end(), o->second.begin(), o->second.end());
     return std::make_unique<background_process>(
         argv, dir_.file(name + suffix + ".out"),
         dir_.file(name + suffix + ".err"));
@@ -204,6 +226,7 @@ private:
   const temp_dir& dir_;
   std::string cluster_file_;
   std::vector<std::string> settings_;
+  node_args own_;
   std::vector<std::unique_ptr<background_process>> nodes_;
 };
 

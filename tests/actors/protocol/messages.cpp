@@ -98,8 +98,10 @@ TEST_CASE_FIXTURE(fixture, "every message round-trips and prints every field") {
         {"151", "152", "153", "154", "155"});
   check(buffer_lease{161, 162, 163, region(164), 160},
         {"161", "162", "163", "\"node164\"", "160"});
-  check(read_completion{171, {buffer_lease{172, 173, 174, region(175)}}, {176}},
-        {"171", "172", "173", "174", "\"node175\"", "176"});
+  check(
+      read_completion{
+          171, {buffer_lease{172, 173, 174, region(175)}}, {176}, false, {}},
+      {"171", "172", "173", "174", "\"node175\"", "176"});
   check(read_queue_status{181, 182, 183}, {"181", "182", "183"});
   check(persist_request{191, 192, 193, region(194)},
         {"191", "192", "193", "\"node194\""});

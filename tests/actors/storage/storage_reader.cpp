@@ -152,6 +152,10 @@ TEST_CASE("reads lease byte-exact blocks and list failed ones as misses") {
   CHECK_EQ(done.request_id, 1u);
   REQUIRE_EQ(done.leases.size(), 2u);
   CHECK(done.failed == std::vector<block_hash>{0xbadbad, req.blocks[3]});
+  // Each failure says why: the block is missing, the layer is damaged.
+  REQUIRE_EQ(done.why_failed.size(), 2u);
+  CHECK(done.why_failed[0] == storage_errc::missing_block);
+  CHECK(done.why_failed[1] == storage_errc::layer_checksum);
   for (size_t i = 0; i < 2; ++i) {
     auto& l = done.leases[i];
     CHECK_EQ(l.hash, req.blocks[i]);
@@ -577,6 +581,8 @@ TEST_CASE("modeled reads with lease runs: one lease per run, same NIC time") {
   CHECK_NE(first->leases[0].lease_id, first->leases[1].lease_id);
   REQUIRE_EQ(first->failed.size(), 1u);
   CHECK_EQ(first->failed[0], 0xdeadu);
+  REQUIRE_EQ(first->why_failed.size(), 1u);
+  CHECK(first->why_failed[0] == storage_errc::missing_block);
   // The pool's 4 places: 3 leased, the missing block's given back, so one
   // block of the second read went out at 4 s. Releasing each run twice and
   // an unknown id frees exactly the 3 places.

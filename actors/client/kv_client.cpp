@@ -1,0 +1,712 @@
+#include "actors/client/kv_client.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+
+#include "actors/cluster/cluster.hpp"
+#include "actors/protocol/register.hpp"
+#include "transport/bulk/backend.hpp"
+#include "transport/storage/block_store.hpp"
+#include "transport/storage/errors.hpp"
+#include "transport/storage/kv_content.hpp"
+
+namespace dualpath::actors::client {
+
+namespace bulk = transport::bulk;
+namespace storage = transport::storage;
+using clock_type = std::chrono::steady_clock;
+
+std::string to_string(load_path x) {
+  switch (x) {
+    case load_path::automatic:
+      return "automatic";
+    case load_path::pe:
+      return "pe";
+    case load_path::de:
+      return "de";
+    case load_path::split:
+      return "split";
+  }
+  return "?";
+}
+
+namespace {
+
+caf::error bad_input(std::string what) {
+  return caf::make_error(caf::sec::invalid_argument, std::move(what));
+}
+
+// Where an operation is: running (something may still write into its pages)
+// or ended (reported by finished() once).
+enum class op_phase : uint8_t { running, ended };
+
+// One load or save. Guarded by impl::mtx.
+struct op_state {
+  finished_op info;
+  op_phase phase = op_phase::running;
+  clock_type::time_point deadline;
+  // Loads: per layer, the bulk batches not yet complete; reads not yet
+  // answered (a layer is ready once no read and no batch of it is left).
+  std::vector<uint32_t> layer_batches;
+  uint32_t reads_pending = 0;
+  // Everything still outstanding (reads, batches, persists); the operation
+  // ends when it reaches 0.
+  uint32_t outstanding = 0;
+  std::vector<block_error> errors;
+  // Leases to hand back when the operation ends, per reader.
+  std::vector<uint64_t> pe_leases;
+  std::vector<uint64_t> de_leases;
+};
+
+using op_ptr = std::shared_ptr<op_state>;
+
+} // namespace
+
+struct kv_client::impl {
+  client_config cfg;
+  caf::actor_system_config sys_cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::shared_ptr<storage::block_store> store;
+  cluster::cluster_spec spec;
+  emulated_time time;
+  node_ptr pe;
+  node_ptr de;
+  std::vector<std::shared_ptr<void>> keep_alive; // pools, registrations
+
+  mutable std::mutex mtx;
+  std::condition_variable cv;
+  // The engine's layers, registered with the engine node's (pe) transport.
+  std::vector<bulk::local_registration> layers;
+  uint32_t pages = 0;
+  uint64_t next_ticket = 1;
+  std::map<uint64_t, op_ptr> ops;
+  std::unordered_map<uint64_t, std::optional<caf::expected<prefix_hit>>>
+      lookups;
+
+  ~impl() {
+    // Running operations end by their deadlines; then the actors stop
+    // before the nodes' pools and registrations go.
+    {
+      std::unique_lock<std::mutex> guard{mtx};
+      for (;;) {
+        for (auto& kv : ops)
+          maybe_end(kv.second);
+        if (std::all_of(ops.begin(), ops.end(), [](const auto& kv) {
+              return kv.second->phase == op_phase::ended;
+            }))
+          break;
+        cv.wait_for(guard, std::chrono::milliseconds{10});
+      }
+    }
+    for (auto* n : {&pe, &de})
+      if (*n && (*n)->reader)
+        caf::anon_send_exit((*n)->reader, caf::exit_reason::user_shutdown);
+    if (sys)
+      sys->await_all_actors_done();
+    // Registrations before the backends that own them (in the nodes).
+    layers.clear();
+    keep_alive.clear();
+    pe.reset();
+    de.reset();
+    sys.reset();
+  }
+
+  clock_type::time_point deadline_of(std::chrono::milliseconds d) const {
+    return clock_type::now()
+           + (d.count() > 0 ? d
+                            : std::chrono::milliseconds{cfg.default_deadline});
+  }
+
+  caf::error check_pages(const std::vector<uint32_t>& pages_of) const {
+    if (layers.empty())
+      return bad_input("no KV memory registered (register_kv first)");
+    std::unordered_set<uint32_t> seen;
+    for (auto p : pages_of) {
+      if (p >= pages)
+        return bad_input("page " + std::to_string(p)
+                         + " is past the registered memory of "
+                         + std::to_string(pages) + " pages");
+      if (!seen.insert(p).second)
+        return bad_input("page " + std::to_string(p) + " named twice");
+    }
+    return caf::none;
+  }
+
+  // Checks what loads and saves share (pages, buffer room) and enters a new
+  // operation. Called with mtx held.
+  caf::expected<op_ptr> admit(finished_op::kind_t kind, uint64_t request_id,
+                              const std::vector<uint32_t>& pages_of,
+                              std::chrono::milliseconds deadline) {
+    if (auto err = check_pages(pages_of))
+      return err;
+    if (pages_of.size() > cfg.buffer_blocks)
+      return bad_input(std::to_string(pages_of.size())
+                       + " blocks exceed a node's buffer of "
+                       + std::to_string(cfg.buffer_blocks));
+    auto op = std::make_shared<op_state>();
+    op->info.kind = kind;
+    op->info.ticket = next_ticket++;
+    op->info.request_id = request_id;
+    op->deadline = deadline_of(deadline);
+    ops.emplace(op->info.ticket, op);
+    return op;
+  }
+
+  // Ends `op` if nothing of it is outstanding but reads past the deadline
+  // (those are abandoned: their late replies only hand their leases back):
+  // hands its leases back and wakes waiters. Called with mtx held.
+  void maybe_end(const op_ptr& op) {
+    if (op->phase == op_phase::ended)
+      return;
+    if (op->outstanding > op->reads_pending)
+      return; // a batch or a persist may still write
+    if (op->reads_pending > 0) {
+      if (clock_type::now() < op->deadline)
+        return;
+      fail(op, caf::make_error(caf::sec::request_timeout,
+                               "storage read not answered by the deadline"));
+    }
+    op->phase = op_phase::ended;
+    if (!op->pe_leases.empty())
+      caf::anon_send(pe->reader, release_atom_v,
+                     lease_release{std::move(op->pe_leases)});
+    if (!op->de_leases.empty())
+      caf::anon_send(de->reader, release_atom_v,
+                     lease_release{std::move(op->de_leases)});
+    cv.notify_all();
+  }
+
+  void fail(const op_ptr& op, caf::error err) {
+    if (!op->info.error)
+      op->info.error = std::move(err);
+  }
+
+  // A read of one side answered: posts its blocks layer by layer (layer l of
+  // every block as one batch) from the side's buffer into the pages.
+  void on_read(const op_ptr& op, const node_ptr& side, uint32_t first,
+               const std::vector<block_hash>& blocks,
+               const std::vector<uint32_t>& pages_of,
+               caf::expected<read_completion> res) {
+    std::vector<std::pair<uint32_t, buffer_lease>> landed;
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      if (op->phase == op_phase::ended) {
+        // Abandoned at its deadline: nothing more lands in the pages.
+        if (res && !res->leases.empty()) {
+          lease_release rel;
+          for (auto& l : res->leases)
+            rel.lease_ids.push_back(l.lease_id);
+          caf::anon_send(side->reader, release_atom_v, std::move(rel));
+        }
+        return;
+      }
+      --op->reads_pending;
+      --op->outstanding;
+      if (!res) {
+        fail(op, std::move(res.error()));
+        maybe_end(op);
+        cv.notify_all();
+        return;
+      }
+      auto& leases = side == pe ? op->pe_leases : op->de_leases;
+      for (auto& l : res->leases)
+        leases.push_back(l.lease_id);
+      for (size_t f = 0; f < res->failed.size(); ++f) {
+        auto h = res->failed[f];
+        auto i = std::find(blocks.begin() + first, blocks.end(), h);
+        auto index = static_cast<uint32_t>(i - blocks.begin());
+        // The reader's reason (the store's check that failed), else a
+        // generic one.
+        auto why = f < res->why_failed.size() && res->why_failed[f]
+                       ? res->why_failed[f]
+                       : caf::make_error(storage::storage_errc::io_error,
+                                         "no reason given by the reader");
+        op->errors.push_back(block_error{index, h, std::move(why)});
+      }
+      for (auto& l : res->leases)
+        landed.emplace_back(l.block_index, l);
+      if (landed.empty() || op->info.error) {
+        maybe_end(op);
+        cv.notify_all();
+        return;
+      }
+      for (auto& n : op->layer_batches)
+        ++n;
+      op->outstanding += cfg.geometry.layers;
+    }
+    auto& geo = cfg.geometry;
+    auto page = geo.layer_bytes();
+    for (uint32_t layer = 0; layer < geo.layers; ++layer) {
+      bulk::batch b;
+      b.deadline = op->deadline;
+      b.tag = op->info.ticket;
+      for (auto& [index, lease] : landed) {
+        auto dst = layers[layer].describe().subrange(
+            uint64_t{pages_of[index]} * page, page);
+        b.writes.push_back(bulk::write_request{
+            side->pool_registration, lease.region.offset + layer * page,
+            std::move(*dst)});
+      }
+      side->bulk->post(std::move(b), [this, op, layer](bulk::completion c) {
+        std::lock_guard<std::mutex> guard{mtx};
+        --op->layer_batches[layer];
+        --op->outstanding;
+        if (c.error)
+          fail(op, std::move(c.error));
+        maybe_end(op);
+        cv.notify_all();
+      });
+    }
+  }
+
+  void finish_load_info(const op_ptr& op) {
+    // Called with mtx held when the load ended: the blocks before the first
+    // failed one are in their pages.
+    auto& i = op->info;
+    if (i.error) {
+      i.blocks_ok = 0;
+      return;
+    }
+    auto first_bad = i.pe_blocks + i.de_blocks;
+    for (auto& e : op->errors)
+      first_bad = std::min(first_bad, e.index);
+    i.blocks_ok = first_bad;
+  }
+};
+
+kv_client::kv_client(std::unique_ptr<impl> p) : impl_(std::move(p)) {
+  // nop
+}
+
+kv_client::~kv_client() = default;
+
+caf::expected<std::unique_ptr<kv_client>> kv_client::make(client_config cfg) {
+  auto& geo = cfg.geometry;
+  if (geo.layers == 0 || geo.block_tokens == 0
+      || geo.bytes_per_token_layer == 0)
+    return bad_input("the KV geometry needs layers, block_tokens and "
+                     "bytes_per_token_layer > 0");
+  if (cfg.buffer_blocks == 0)
+    return bad_input("buffer_blocks: a node's buffer must hold a block");
+  if (cfg.store_dir.empty())
+    return bad_input("store_dir: no block store directory given");
+  auto p = std::make_unique<impl>();
+  p->cfg = cfg;
+  add_message_types(p->sys_cfg);
+  p->sys = std::make_unique<caf::actor_system>(p->sys_cfg);
+  auto backend = storage::make_backend(
+      storage::backend_config{storage::backend_kind::automatic, 8});
+  if (!backend)
+    return backend.error();
+  auto store = storage::block_store::open(
+      storage::store_config{cfg.store_dir, cfg.model_id, geo}, *backend);
+  if (!store)
+    return store.error();
+  p->store = std::move(*store);
+  // A cluster_spec of one prefill and one decode node whose nominal bytes
+  // are the real ones (byte_scale 1), emulated time running in real time.
+  auto& s = p->spec;
+  s.prefill_nodes = 1;
+  s.decode_nodes = 1;
+  s.gpus_per_node = 1;
+  s.block_tokens = geo.block_tokens;
+  s.model.layers = geo.layers;
+  s.model.kv_bytes_per_token_layer = geo.bytes_per_token_layer;
+  s.snic_bytes_per_s = cfg.snic_bytes_per_s;
+  s.dram_buffer_bytes = uint64_t{cfg.buffer_blocks} * geo.block_tokens
+                        * cluster::kv_bytes_per_token(s.model);
+  s.max_prompt_tokens = 0;
+  s.reader_io_threads = 2;
+  p->time = emulated_time{p->sys->clock().now(), 1.0};
+  auto fabric = bulk::make_local_fabric();
+  for (auto role : {engine_role::prefill, engine_role::decode}) {
+    auto name = role == engine_role::prefill ? "pe0" : "de0";
+    bulk::options bopts;
+    bopts.backend = "local";
+    bopts.node = name;
+    bopts.default_deadline = cfg.default_deadline;
+    auto be = bulk::make_local_backend(bopts, fabric);
+    if (!be)
+      return be.error();
+    auto& f = cfg.decode_faults;
+    if (role == engine_role::decode
+        && (f.fail_after >= 0 || !f.drop_peer.empty() || f.delay.count() > 0
+            || f.corrupt_byte))
+      *be = bulk::make_fault_backend(std::move(*be), f);
+    auto built = cluster::build_node(
+        *p->sys, s, name, role, std::shared_ptr<bulk::backend>(std::move(*be)),
+        p->store, p->time);
+    if (!built)
+      return built.error();
+    for (auto& k : built->keep_alive)
+      p->keep_alive.push_back(std::move(k));
+    (role == engine_role::prefill ? p->pe : p->de) = built->node;
+  }
+  return std::unique_ptr<kv_client>{new kv_client(std::move(p))};
+}
+
+const transport::storage::kv_geometry& kv_client::geometry() const {
+  return impl_->cfg.geometry;
+}
+
+uint64_t kv_client::page_bytes() const {
+  return impl_->cfg.geometry.layer_bytes();
+}
+
+uint32_t kv_client::pages() const {
+  std::lock_guard<std::mutex> guard{impl_->mtx};
+  return impl_->pages;
+}
+
+uint64_t kv_client::lookup(std::vector<uint32_t> tokens) {
+  auto& d = *impl_;
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> guard{d.mtx};
+    ticket = d.next_ticket++;
+    d.lookups.emplace(ticket, std::nullopt);
+  }
+  // The index lives in memory; the lookup runs on the actor system so the
+  // caller (an engine's scheduler loop) never blocks on it.
+  d.sys->spawn([&d, ticket, tokens = std::move(tokens)] {
+    auto found = d.store->lookup(tokens);
+    std::lock_guard<std::mutex> guard{d.mtx};
+    d.lookups[ticket] = prefix_hit{std::move(found.blocks), found.hit_tokens};
+    d.cv.notify_all();
+  });
+  return ticket;
+}
+
+std::optional<caf::expected<prefix_hit>>
+kv_client::lookup_result(uint64_t ticket) {
+  auto& d = *impl_;
+  std::lock_guard<std::mutex> guard{d.mtx};
+  auto i = d.lookups.find(ticket);
+  if (i == d.lookups.end())
+    return caf::expected<prefix_hit>{
+        bad_input("no lookup with ticket " + std::to_string(ticket))};
+  if (!i->second)
+    return std::nullopt;
+  auto out = std::move(i->second);
+  d.lookups.erase(i);
+  return out;
+}
+
+caf::error kv_client::register_kv(const std::vector<kv_layer_memory>& layers) {
+  auto& d = *impl_;
+  std::lock_guard<std::mutex> guard{d.mtx};
+  if (!d.layers.empty())
+    return bad_input("KV memory is already registered (once per client)");
+  auto& geo = d.cfg.geometry;
+  if (layers.size() != geo.layers)
+    return bad_input(std::to_string(layers.size()) + " layers given, the "
+                     + "geometry has " + std::to_string(geo.layers));
+  auto page = geo.layer_bytes();
+  uint64_t pages = 0;
+  for (size_t l = 0; l < layers.size(); ++l) {
+    auto& m = layers[l];
+    if (!m.base || m.bytes == 0 || m.bytes % page != 0)
+      return bad_input("layer " + std::to_string(l) + ": "
+                       + std::to_string(m.bytes)
+                       + " bytes is no whole number of pages of "
+                       + std::to_string(page) + " bytes");
+    auto n = m.bytes / page;
+    if (l > 0 && n != pages)
+      return bad_input("layer " + std::to_string(l) + " has "
+                       + std::to_string(n) + " pages, layer 0 has "
+                       + std::to_string(pages));
+    pages = n;
+  }
+  if (pages > UINT32_MAX)
+    return bad_input("more than 2^32 pages per layer");
+  std::vector<bulk::local_registration> regs;
+  for (auto& m : layers) {
+    auto reg = d.pe->bulk->register_region(m.base, m.bytes);
+    if (!reg)
+      return std::move(reg.error());
+    regs.push_back(std::move(*reg));
+  }
+  d.layers = std::move(regs);
+  d.pages = static_cast<uint32_t>(pages);
+  return caf::none;
+}
+
+caf::expected<uint64_t> kv_client::start_load(load_request req) {
+  auto& d = *impl_;
+  auto n = static_cast<uint32_t>(req.blocks.size());
+  op_ptr op;
+  {
+    std::lock_guard<std::mutex> guard{d.mtx};
+    if (req.pages.size() != req.blocks.size())
+      return bad_input(std::to_string(req.blocks.size()) + " blocks but "
+                       + std::to_string(req.pages.size()) + " pages");
+    auto admitted = d.admit(finished_op::kind_t::load, req.request_id,
+                            req.pages, req.deadline);
+    if (!admitted)
+      return std::move(admitted.error());
+    op = std::move(*admitted);
+    op->layer_batches.assign(d.cfg.geometry.layers, 0);
+  }
+  // The path: the global scheduler's policy over both nodes' read queues
+  // (the same function its fetch applies), unless the request forces one.
+  auto mode = d.cfg.reads;
+  uint32_t k = n;
+  auto bt = d.cfg.geometry.block_tokens;
+  auto rate = static_cast<double>(d.cfg.snic_bytes_per_s)
+              / static_cast<double>(cluster::kv_bytes_per_token(d.spec.model));
+  switch (req.path) {
+    case load_path::pe:
+      k = n;
+      break;
+    case load_path::de:
+      k = 0;
+      break;
+    case load_path::split:
+      mode = scheduler::read_mode::split;
+      [[fallthrough]];
+    case load_path::automatic:
+      k = scheduler::plan_reads(mode, d.pe->loads->read_queue().tokens, rate,
+                                d.de->loads->read_queue().tokens, rate, n, bt)
+              .pe_side_blocks;
+      break;
+  }
+  auto blocks =
+      std::make_shared<std::vector<block_hash>>(std::move(req.blocks));
+  auto pages = std::make_shared<std::vector<uint32_t>>(std::move(req.pages));
+  {
+    std::lock_guard<std::mutex> guard{d.mtx};
+    op->info.pe_blocks = k;
+    op->info.de_blocks = n - k;
+    for (uint32_t part : {k, n - k})
+      if (part > 0) {
+        ++op->reads_pending;
+        ++op->outstanding;
+      }
+    d.maybe_end(op); // nothing to read
+  }
+  for (auto side : {d.pe, d.de}) {
+    uint32_t first = side == d.pe ? 0 : k;
+    uint32_t last = side == d.pe ? k : n;
+    if (first == last)
+      continue;
+    read_request rr;
+    rr.request_id = op->info.ticket;
+    rr.first_block = first;
+    rr.blocks.assign(blocks->begin() + first, blocks->begin() + last);
+    rr.tokens = (last - first) * bt;
+    d.sys->spawn([&d, op, side, first, blocks, pages,
+                  rr = std::move(rr)](caf::event_based_actor* self) mutable {
+      // No timeout on the request: a reply after the deadline still comes,
+      // so its leases go back (maybe_end abandons the read at the deadline).
+      self->request(side->reader, caf::infinite, read_atom_v, std::move(rr))
+          .then(
+              [&d, op, side, first, blocks, pages](read_completion& c) {
+                d.on_read(op, side, first, *blocks, *pages, std::move(c));
+              },
+              [&d, op, side, first, blocks, pages](caf::error& err) {
+                d.on_read(op, side, first, *blocks, *pages, std::move(err));
+              });
+    });
+  }
+  return op->info.ticket;
+}
+
+caf::error kv_client::wait_for_layer(uint64_t ticket, uint32_t layer) {
+  auto& d = *impl_;
+  std::unique_lock<std::mutex> guard{d.mtx};
+  auto i = d.ops.find(ticket);
+  if (i == d.ops.end() || i->second->info.kind != finished_op::kind_t::load)
+    return bad_input("no load with ticket " + std::to_string(ticket));
+  if (layer >= d.cfg.geometry.layers)
+    return bad_input("layer " + std::to_string(layer) + " of a model with "
+                     + std::to_string(d.cfg.geometry.layers) + " layers");
+  auto op = i->second;
+  auto ready = [&] {
+    return op->info.error || op->phase == op_phase::ended
+           || (op->reads_pending == 0 && op->layer_batches[layer] == 0);
+  };
+  if (!d.cv.wait_until(guard, op->deadline, ready)) {
+    d.fail(op, caf::make_error(caf::sec::request_timeout,
+                               "load " + std::to_string(ticket) + " layer "
+                                   + std::to_string(layer)
+                                   + " not loaded by its deadline"));
+    d.maybe_end(op);
+  }
+  return op->info.error;
+}
+
+caf::expected<uint64_t> kv_client::start_save(save_request req) {
+  auto& d = *impl_;
+  auto& geo = d.cfg.geometry;
+  auto n = static_cast<uint32_t>(req.pages.size());
+  auto hashes = storage::block_hashes(req.tokens, geo.block_tokens);
+  op_ptr op;
+  {
+    std::lock_guard<std::mutex> guard{d.mtx};
+    if (uint64_t{req.first_block} + n > hashes.size())
+      return bad_input("blocks " + std::to_string(req.first_block) + ".."
+                       + std::to_string(req.first_block + n)
+                       + " of a prompt of " + std::to_string(hashes.size())
+                       + " full blocks");
+    auto admitted = d.admit(finished_op::kind_t::save, req.request_id,
+                            req.pages, req.deadline);
+    if (!admitted)
+      return std::move(admitted.error());
+    op = std::move(*admitted);
+    op->outstanding = n > 0 ? 1 : 0;
+    d.maybe_end(op);
+  }
+  if (n == 0)
+    return op->info.ticket;
+  reserve_request rr;
+  rr.request_id = op->info.ticket;
+  for (uint32_t b = 0; b < n; ++b)
+    rr.block_indices.push_back(req.first_block + b);
+  // Reserve staging slots in the engine node's buffer, write the pages into
+  // them over the transport (one batch), then persist each block.
+  d.sys->spawn([&d, op, rr = std::move(rr), hashes = std::move(hashes),
+                first = req.first_block,
+                pages = std::move(req.pages)](caf::event_based_actor* self) {
+    auto end_with = [&d, op](caf::error err) {
+      std::lock_guard<std::mutex> guard{d.mtx};
+      d.fail(op, std::move(err));
+      --op->outstanding;
+      d.maybe_end(op);
+    };
+    // No timeouts on the reader's requests: a persist reads its staging
+    // slot until it replies, so the slot is released only after the reply.
+    self->request(d.pe->reader, caf::infinite, reserve_atom_v, rr)
+        .then(
+            [&d, self, op, end_with, hashes, first, pages](read_completion& c) {
+              {
+                std::lock_guard<std::mutex> guard{d.mtx};
+                for (auto& l : c.leases)
+                  op->pe_leases.push_back(l.lease_id);
+              }
+              if (c.leases.size() != pages.size())
+                return end_with(caf::make_error(
+                    storage::storage_errc::over_budget,
+                    "reserved " + std::to_string(c.leases.size()) + " of "
+                        + std::to_string(pages.size()) + " staging slots"));
+              auto& geo = d.cfg.geometry;
+              auto page = geo.layer_bytes();
+              bulk::batch b;
+              b.deadline = op->deadline;
+              b.tag = op->info.ticket;
+              for (size_t i = 0; i < pages.size(); ++i)
+                for (uint32_t layer = 0; layer < geo.layers; ++layer) {
+                  auto dst = c.leases[i].region.subrange(layer * page, page);
+                  if (!dst)
+                    return end_with(std::move(dst.error()));
+                  b.writes.push_back(bulk::write_request{
+                      &d.layers[layer], uint64_t{pages[i]} * page,
+                      std::move(*dst)});
+                }
+              auto leases = c.leases;
+              auto persist = [&d, self, op, end_with, hashes, first,
+                              leases](caf::error err) {
+                if (err)
+                  return end_with(std::move(err));
+                auto& geo = d.cfg.geometry;
+                {
+                  std::lock_guard<std::mutex> guard{d.mtx};
+                  op->outstanding += static_cast<uint32_t>(leases.size());
+                }
+                for (size_t i = 0; i < leases.size(); ++i) {
+                  auto index = first + static_cast<uint32_t>(i);
+                  persist_request pr;
+                  pr.hash = hashes[index];
+                  pr.parent =
+                      index == 0 ? transport::root_hash : hashes[index - 1];
+                  pr.tokens = geo.block_tokens;
+                  pr.source =
+                      *leases[i].region.subrange(0, geo.payload_bytes());
+                  self->request(d.pe->reader, caf::infinite, persist_atom_v, pr)
+                      .then([end_with](block_hash) { end_with(caf::none); },
+                            [end_with](caf::error& err) {
+                              end_with(std::move(err));
+                            });
+                }
+                end_with(caf::none); // the staging write
+              };
+              // The completion arrives on the backend's thread; persisting
+              // goes back to this actor.
+              d.pe->bulk->post(std::move(b), [hdl = caf::actor{self}](
+                                                 bulk::completion done) {
+                caf::anon_send(hdl, batch_completion{done.tag, done.bytes,
+                                                     done.failed_ops,
+                                                     std::move(done.error)});
+              });
+              self->become([self, persist](batch_completion& done) {
+                self->unbecome(); // alive only while persists are pending
+                persist(std::move(done.error));
+              });
+            },
+            [end_with](caf::error& err) { end_with(std::move(err)); });
+  });
+  return op->info.ticket;
+}
+
+caf::expected<finished_op> kv_client::wait(uint64_t ticket) {
+  auto& d = *impl_;
+  std::unique_lock<std::mutex> guard{d.mtx};
+  auto i = d.ops.find(ticket);
+  if (i == d.ops.end())
+    return bad_input("no load or save with ticket " + std::to_string(ticket));
+  auto op = i->second;
+  auto ended = [&] { return op->phase == op_phase::ended; };
+  if (!d.cv.wait_until(guard, op->deadline, ended)) {
+    d.maybe_end(op); // abandons reads past the deadline
+    d.cv.wait(guard, ended);
+  }
+  if (op->info.kind == finished_op::kind_t::load)
+    d.finish_load_info(op);
+  return op->info;
+}
+
+std::vector<finished_op> kv_client::finished() {
+  auto& d = *impl_;
+  std::vector<finished_op> out;
+  std::lock_guard<std::mutex> guard{d.mtx};
+  for (auto i = d.ops.begin(); i != d.ops.end();) {
+    d.maybe_end(i->second); // abandons reads past their deadlines
+    if (i->second->phase != op_phase::ended) {
+      ++i;
+      continue;
+    }
+    if (i->second->info.kind == finished_op::kind_t::load)
+      d.finish_load_info(i->second);
+    out.push_back(i->second->info);
+    i = d.ops.erase(i);
+  }
+  return out;
+}
+
+std::vector<block_error> kv_client::load_errors(uint64_t ticket) const {
+  auto& d = *impl_;
+  std::lock_guard<std::mutex> guard{d.mtx};
+  auto i = d.ops.find(ticket);
+  if (i == d.ops.end())
+    return {};
+  auto out = i->second->errors;
+  std::sort(out.begin(), out.end(),
+            [](const block_error& x, const block_error& y) {
+              return x.index < y.index;
+            });
+  return out;
+}
+
+std::string kv_client::block_file(block_hash hash) const {
+  return impl_->store->path_of(hash);
+}
+
+} // namespace dualpath::actors::client

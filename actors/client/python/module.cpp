@@ -1,0 +1,252 @@
+// The Python module `dualpath`: kv_client (actors/client/kv_client.hpp) for
+// an engine's Python code. Same contracts as the C++ API, plus:
+//  - KV pages are the caller's own memory, never copied: a CPU torch tensor
+//    (anything with data_ptr(), is_contiguous(), element_size(), numel() and
+//    a device of type "cpu") or a writable C-contiguous buffer (bytearray,
+//    numpy array). The client keeps a reference to every registered object,
+//    so the memory stays valid as long as the client lives.
+//  - Failures raise dualpath.Error with the rendered caf::error (category,
+//    code and what was wrong); bad input to a call raises before anything
+//    starts.
+//  - wait_for_layer and wait release the GIL while they block.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+#include "actors/client/kv_client.hpp"
+#include "actors/protocol/register.hpp"
+
+namespace py = pybind11;
+using namespace dualpath::actors::client;
+
+namespace {
+
+// What every failed call raises (as dualpath.Error).
+struct client_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void raise(const caf::error& err) {
+  throw client_error(dualpath::actors::render(err));
+}
+
+void check(const caf::error& err) {
+  if (err)
+    raise(err);
+}
+
+template <class T>
+T value(caf::expected<T> x) {
+  if (!x)
+    raise(x.error());
+  return std::move(*x);
+}
+
+// The memory of one layer: a CPU tensor or a writable contiguous buffer.
+kv_layer_memory memory_of(const py::object& obj, size_t layer,
+                          uint64_t page_bytes) {
+  auto where = "layer " + std::to_string(layer) + ": ";
+  if (py::hasattr(obj, "data_ptr") && py::hasattr(obj, "element_size")) {
+    auto device = py::str(obj.attr("device").attr("type")).cast<std::string>();
+    if (device != "cpu")
+      throw std::invalid_argument(
+          where + "a " + device
+          + " tensor; this client's KV memory is host memory (CPU tensors)");
+    if (!obj.attr("is_contiguous")().cast<bool>())
+      throw std::invalid_argument(where + "the tensor is not contiguous");
+    auto elem = obj.attr("element_size")().cast<uint64_t>();
+    if (elem == 0 || page_bytes % elem != 0)
+      throw std::invalid_argument(where + "elements of " + std::to_string(elem)
+                                  + " bytes do not tile a page of "
+                                  + std::to_string(page_bytes) + " bytes");
+    auto bytes = obj.attr("numel")().cast<uint64_t>() * elem;
+    auto ptr = obj.attr("data_ptr")().cast<uintptr_t>();
+    return kv_layer_memory{reinterpret_cast<void*>(ptr), bytes};
+  }
+  if (!PyObject_CheckBuffer(obj.ptr()))
+    throw std::invalid_argument(where + "neither a tensor nor a buffer object");
+  Py_buffer view;
+  if (PyObject_GetBuffer(obj.ptr(), &view, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS)
+      != 0) {
+    PyErr_Clear();
+    throw std::invalid_argument(where
+                                + "the buffer is not writable and contiguous");
+  }
+  kv_layer_memory m{view.buf, static_cast<uint64_t>(view.len)};
+  PyBuffer_Release(&view); // the client keeps the object itself alive
+  return m;
+}
+
+load_path path_of(const std::string& s) {
+  if (s == "auto")
+    return load_path::automatic;
+  if (s == "pe")
+    return load_path::pe;
+  if (s == "de")
+    return load_path::de;
+  if (s == "split")
+    return load_path::split;
+  throw std::invalid_argument("path '" + s + "': one of auto, pe, de, split");
+}
+
+dualpath::scheduler::read_mode reads_of(const std::string& s) {
+  using dualpath::scheduler::read_mode;
+  for (auto m :
+       {read_mode::pe_only, read_mode::shorter_queue, read_mode::split})
+    if (to_string(m) == s)
+      return m;
+  throw std::invalid_argument("reads '" + s
+                              + "': one of pe_only, shorter_queue, split");
+}
+
+py::dict dict_of(const finished_op& f) {
+  py::dict d;
+  d["kind"] = f.kind == finished_op::kind_t::load ? "load" : "save";
+  d["ticket"] = f.ticket;
+  d["request_id"] = f.request_id;
+  d["error"] = f.error ? py::object(py::str(dualpath::actors::render(f.error)))
+                       : py::object(py::none());
+  d["blocks_ok"] = f.blocks_ok;
+  d["pe_blocks"] = f.pe_blocks;
+  d["de_blocks"] = f.de_blocks;
+  return d;
+}
+
+std::chrono::milliseconds ms(int64_t x) {
+  if (x < 0)
+    throw std::invalid_argument("deadline_ms " + std::to_string(x)
+                                + " is negative");
+  return std::chrono::milliseconds{x};
+}
+
+// The Python object: the client and the registered memory's owners.
+struct client {
+  std::unique_ptr<kv_client> impl;
+  std::vector<py::object> owners;
+};
+
+} // namespace
+
+PYBIND11_MODULE(dualpath, m) {
+  m.doc() = "dualpath's engine integration API (docs/integration.md)";
+  py::register_exception<client_error>(m, "Error");
+  py::class_<client>(m, "Client")
+      .def(py::init([](const std::string& store_dir, uint32_t layers,
+                       uint32_t block_tokens, uint32_t bytes_per_token_layer,
+                       const std::string& model_id, const std::string& reads,
+                       uint32_t buffer_blocks, int64_t deadline_ms) {
+             client_config cfg;
+             cfg.store_dir = store_dir;
+             cfg.model_id = model_id;
+             cfg.geometry.layers = layers;
+             cfg.geometry.block_tokens = block_tokens;
+             cfg.geometry.bytes_per_token_layer = bytes_per_token_layer;
+             cfg.reads = reads_of(reads);
+             cfg.buffer_blocks = buffer_blocks;
+             cfg.default_deadline = ms(deadline_ms);
+             return client{value(kv_client::make(std::move(cfg))), {}};
+           }),
+           py::arg("store_dir"), py::arg("layers"), py::arg("block_tokens"),
+           py::arg("bytes_per_token_layer"), py::arg("model_id") = "model",
+           py::arg("reads") = "split", py::arg("buffer_blocks") = 64,
+           py::arg("deadline_ms") = 10000)
+      .def_property_readonly(
+          "page_bytes", [](const client& c) { return c.impl->page_bytes(); })
+      .def_property_readonly(
+          "block_tokens",
+          [](const client& c) { return c.impl->geometry().block_tokens; })
+      .def_property_readonly("pages",
+                             [](const client& c) { return c.impl->pages(); })
+      .def("lookup",
+           [](client& c, std::vector<uint32_t> tokens) {
+             return c.impl->lookup(std::move(tokens));
+           })
+      .def("lookup_result",
+           [](client& c, uint64_t ticket) -> py::object {
+             auto r = c.impl->lookup_result(ticket);
+             if (!r)
+               return py::none();
+             auto hit = value(std::move(*r));
+             return py::make_tuple(hit.blocks, hit.hit_tokens);
+           })
+      .def("register_kv",
+           [](client& c, const py::list& layers) {
+             std::vector<kv_layer_memory> mem;
+             std::vector<py::object> owners;
+             for (size_t l = 0; l < layers.size(); ++l) {
+               owners.push_back(layers[l]);
+               mem.push_back(memory_of(owners.back(), l, c.impl->page_bytes()));
+             }
+             check(c.impl->register_kv(mem));
+             c.owners = std::move(owners);
+           })
+      .def(
+          "start_load",
+          [](client& c, uint64_t request_id, std::vector<uint64_t> blocks,
+             std::vector<uint32_t> pages, const std::string& path,
+             int64_t deadline_ms) {
+            load_request r;
+            r.request_id = request_id;
+            r.blocks = std::move(blocks);
+            r.pages = std::move(pages);
+            r.path = path_of(path);
+            r.deadline = ms(deadline_ms);
+            return value(c.impl->start_load(std::move(r)));
+          },
+          py::arg("request_id"), py::arg("blocks"), py::arg("pages"),
+          py::arg("path") = "auto", py::arg("deadline_ms") = 0)
+      .def(
+          "wait_for_layer",
+          [](client& c, uint64_t ticket, uint32_t layer) {
+            caf::error err;
+            {
+              py::gil_scoped_release nogil;
+              err = c.impl->wait_for_layer(ticket, layer);
+            }
+            check(err);
+          },
+          py::arg("ticket"), py::arg("layer"))
+      .def(
+          "start_save",
+          [](client& c, uint64_t request_id, std::vector<uint32_t> tokens,
+             uint32_t first_block, std::vector<uint32_t> pages,
+             int64_t deadline_ms) {
+            save_request r;
+            r.request_id = request_id;
+            r.tokens = std::move(tokens);
+            r.first_block = first_block;
+            r.pages = std::move(pages);
+            r.deadline = ms(deadline_ms);
+            return value(c.impl->start_save(std::move(r)));
+          },
+          py::arg("request_id"), py::arg("tokens"), py::arg("first_block"),
+          py::arg("pages"), py::arg("deadline_ms") = 0)
+      .def("wait",
+           [](client& c, uint64_t ticket) {
+             std::optional<caf::expected<finished_op>> r;
+             {
+               py::gil_scoped_release nogil;
+               r = c.impl->wait(ticket);
+             }
+             return dict_of(value(std::move(*r)));
+           })
+      .def("finished",
+           [](client& c) {
+             py::list out;
+             for (auto& f : c.impl->finished())
+               out.append(dict_of(f));
+             return out;
+           })
+      .def("load_errors",
+           [](client& c, uint64_t ticket) {
+             py::list out;
+             for (auto& e : c.impl->load_errors(ticket))
+               out.append(py::make_tuple(e.index, e.hash,
+                                         dualpath::actors::render(e.error)));
+             return out;
+           })
+      .def("block_file", [](const client& c, uint64_t hash) {
+        return c.impl->block_file(hash);
+      });
+}

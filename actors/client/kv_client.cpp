@@ -14,6 +14,7 @@
 
 #include "actors/cluster/cluster.hpp"
 #include "actors/protocol/register.hpp"
+#include "config/enum_names.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/errors.hpp"
@@ -25,18 +26,11 @@ namespace bulk = transport::bulk;
 namespace storage = transport::storage;
 using clock_type = std::chrono::steady_clock;
 
+constexpr std::string_view load_path_names[] = {"automatic", "pe", "de",
+                                                "split"};
+
 std::string to_string(load_path x) {
-  switch (x) {
-    case load_path::automatic:
-      return "automatic";
-    case load_path::pe:
-      return "pe";
-    case load_path::de:
-      return "de";
-    case load_path::split:
-      return "split";
-  }
-  return "?";
+  return config::name_of(x, load_path_names, "load_path");
 }
 
 namespace {

@@ -10,11 +10,15 @@
 
 #include <toml++/toml.h>
 
+#include "config/enum_names.hpp"
 #include "config/errors.hpp"
 
 namespace dualpath::actors::node {
 
 namespace {
+
+constexpr std::string_view node_role_names[] = {"scheduler", "prefill",
+                                                "decode"};
 
 using config::config_errc;
 
@@ -110,13 +114,7 @@ caf::error parse_node(const toml::table& tbl, size_t index,
   std::string role;
   if (auto err = get_string(tbl, "role", where, path, role, true))
     return err;
-  if (role == "scheduler")
-    out.role = node_role::scheduler;
-  else if (role == "prefill")
-    out.role = node_role::prefill;
-  else if (role == "decode")
-    out.role = node_role::decode;
-  else
+  if (!config::parse_name(role, node_role_names, out.role))
     return fail(config_errc::invalid_choice, path,
                 "key " + where + "role = '" + role
                     + "' (allowed: scheduler, prefill, decode)");
@@ -186,15 +184,7 @@ caf::error parse_node(const toml::table& tbl, size_t index,
 } // namespace
 
 std::string to_string(node_role x) {
-  switch (x) {
-    case node_role::scheduler:
-      return "scheduler";
-    case node_role::prefill:
-      return "prefill";
-    case node_role::decode:
-      return "decode";
-  }
-  return "?";
+  return config::name_of(x, node_role_names, "node_role");
 }
 
 std::string to_string(link_security x) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "config/enum_names.hpp"
 #include "transport/bulk/region_table.hpp"
 
 namespace dualpath::transport::bulk::verbs {
@@ -19,20 +20,11 @@ constexpr uint8_t min_rnr_timer = 12;
 
 } // namespace
 
+constexpr std::string_view qp_state_names[] = {"RESET", "INIT", "RTR", "RTS",
+                                               "ERR"};
+
 std::string to_string(qp_state x) {
-  switch (x) {
-    case qp_state::reset:
-      return "RESET";
-    case qp_state::init:
-      return "INIT";
-    case qp_state::rtr:
-      return "RTR";
-    case qp_state::rts:
-      return "RTS";
-    case qp_state::error:
-      return "ERR";
-  }
-  return "?";
+  return config::name_of(x, qp_state_names, "qp_state");
 }
 
 caf::expected<queue_pair> queue_pair::make(const device& dev, ibv_cq* cq,

@@ -2,6 +2,7 @@
 // memory exported as dma-buf (ibv_reg_dmabuf_mr), deregistration once no
 // posted work request reads a region any more, and the region table peers
 // see (verbs_backend.hpp has the design).
+#include <cerrno>
 #include <mutex>
 
 #include "transport/bulk/region_table.hpp"

@@ -282,6 +282,49 @@ struct sender {
   }
 };
 
+/// `n` kv batches of `chunk` bytes from the sender's first chunk to
+/// `region` (64 chunks round robin), each due `deadline` after the first;
+/// the constructor returns once the first has completed.
+class in_flight {
+public:
+  in_flight(sender& s, const remote_region& region, uint64_t chunk, int n,
+            std::chrono::seconds deadline)
+      : n_(static_cast<size_t>(n)), deadline_(deadline) {
+    start = clock_type::now();
+    for (int i = 0; i < n; ++i) {
+      auto b = s.write(region, (i % 64) * chunk, chunk);
+      b.writes[0].source_offset = 0;
+      b.tclass = traffic_class::kv;
+      b.deadline = start + deadline;
+      s.be->post(std::move(b), [this](completion c) {
+        std::lock_guard<std::mutex> guard{mtx_};
+        done_.emplace_back(std::move(c), clock_type::now());
+        cv_.notify_all();
+      });
+    }
+    std::unique_lock<std::mutex> guard{mtx_};
+    REQUIRE(cv_.wait_for(guard, 60s, [&] { return !done_.empty(); }));
+  }
+
+  /// Every completion with when it came, once all came (within the
+  /// deadline and 10 s more).
+  const std::vector<std::pair<completion, clock_type::time_point>>& all() {
+    std::unique_lock<std::mutex> guard{mtx_};
+    REQUIRE(cv_.wait_for(guard, deadline_ + 10s,
+                         [&] { return done_.size() == n_; }));
+    return done_;
+  }
+
+  clock_type::time_point start;
+
+private:
+  size_t n_;
+  std::chrono::seconds deadline_;
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  std::vector<std::pair<completion, clock_type::time_point>> done_;
+};
+
 } // namespace
 
 // -- checks that need no device (they run first) ------------------------------
@@ -474,30 +517,11 @@ TEST_CASE("a peer killed mid-transfer fails every pending batch in time") {
   s.fill(0, chunk, 3);
   const int n = 200;
   const auto deadline = 20s;
-  std::mutex mtx;
-  std::condition_variable cv;
-  std::vector<std::pair<completion, clock_type::time_point>> done;
-  auto start = clock_type::now();
-  for (int i = 0; i < n; ++i) {
-    auto b = s.write(peer.region, (i % 64) * chunk, chunk);
-    b.writes[0].source_offset = 0;
-    b.tclass = traffic_class::kv;
-    b.deadline = start + deadline;
-    s.be->post(std::move(b), [&](completion c) {
-      std::lock_guard<std::mutex> guard{mtx};
-      done.emplace_back(std::move(c), clock_type::now());
-      cv.notify_all();
-    });
-  }
-  {
-    std::unique_lock<std::mutex> guard{mtx};
-    REQUIRE(cv.wait_for(guard, 60s, [&] { return !done.empty(); }));
-  }
+  in_flight w{s, peer.region, chunk, n, deadline};
   peer.kill();
   auto killed = clock_type::now();
-  std::unique_lock<std::mutex> guard{mtx};
-  REQUIRE(cv.wait_for(guard, deadline + 10s,
-                      [&] { return done.size() == static_cast<size_t>(n); }));
+  auto& done = w.all();
+  auto start = w.start;
   size_t failed = 0;
   for (auto& [c, at] : done) {
     CHECK(at <= start + deadline + 1s);
@@ -600,33 +624,10 @@ TEST_CASE("the port going down fails every pending batch; up, it reconnects") {
   s.fill(0, chunk, 5);
   REQUIRE(!run(*s.be, s.write(peer.region, 0, chunk)).error);
   const int n = 200;
-  const auto deadline = 20s;
-  std::mutex mtx;
-  std::condition_variable cv;
-  std::vector<std::pair<completion, clock_type::time_point>> done;
-  auto start = clock_type::now();
-  for (int i = 0; i < n; ++i) {
-    auto b = s.write(peer.region, (i % 64) * chunk, chunk);
-    b.writes[0].source_offset = 0;
-    b.tclass = traffic_class::kv;
-    b.deadline = start + deadline;
-    s.be->post(std::move(b), [&](completion c) {
-      std::lock_guard<std::mutex> guard{mtx};
-      done.emplace_back(std::move(c), clock_type::now());
-      cv.notify_all();
-    });
-  }
-  {
-    std::unique_lock<std::mutex> guard{mtx};
-    REQUIRE(cv.wait_for(guard, 60s, [&] { return !done.empty(); }));
-  }
+  in_flight w{s, peer.region, chunk, n, 20s};
   link_down down{netdev};
   auto downed = clock_type::now();
-  {
-    std::unique_lock<std::mutex> guard{mtx};
-    REQUIRE(cv.wait_for(guard, deadline + 10s,
-                        [&] { return done.size() == static_cast<size_t>(n); }));
-  }
+  auto& done = w.all();
   size_t failed = 0;
   size_t by_event = 0;
   for (auto& [c, at] : done) {

@@ -325,4 +325,14 @@ TEST_CASE("run's defaults are the main job: a storage-bound 1/8 slice") {
   auto driven = run_process(
       {dualpath_binary(), "run", "--print-config", "--agents", "5"});
   CHECK(driven.out.find("agents = 5  # --agents") != std::string::npos);
+  // Bad slices are refused before any work, naming the key.
+  auto zero = run_process(
+      {dualpath_binary(), "run", "--quiet", "--set", "hardware.slice=0"});
+  CHECK(zero.status == 2);
+  CHECK(zero.err.find("hardware.slice") != std::string::npos);
+  // DS-660B's weights do not fit a one-GPU slice node at 1P2D x 8.
+  auto big = run_process(
+      {dualpath_binary(), "run", "--quiet", "--model", "ds-660b"});
+  CHECK(big.status == 2);
+  CHECK(big.err.find("hardware.slice") != std::string::npos);
 }

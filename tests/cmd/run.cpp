@@ -331,8 +331,8 @@ TEST_CASE("run's defaults are the main job: a storage-bound 1/8 slice") {
   CHECK(zero.status == 2);
   CHECK(zero.err.find("hardware.slice") != std::string::npos);
   // DS-660B's weights do not fit a one-GPU slice node at 1P2D x 8.
-  auto big = run_process(
-      {dualpath_binary(), "run", "--quiet", "--model", "ds-660b"});
+  auto big =
+      run_process({dualpath_binary(), "run", "--quiet", "--model", "ds-660b"});
   CHECK(big.status == 2);
   CHECK(big.err.find("hardware.slice") != std::string::npos);
 }

@@ -122,6 +122,38 @@ TEST_CASE("a profile sets its section; explicit keys override it") {
   CHECK(s.describe_source("model.layers") == "profile ds-27b");
 }
 
+TEST_CASE("a command's defaults: over the schema's, under all else") {
+  temp_dir dir;
+  auto file = dir.file("c.toml");
+  write_file(file, "[workload]\nagents = 5\n");
+  load_request req;
+  req.defaults = {{"hardware.profile=paper-hopper-slice8", "dualpath run"},
+                  {"workload.agents=96", "dualpath run"},
+                  {"run.prefill_nodes=1", "dualpath run"}};
+  auto s = load_ok(req);
+  // The default profile is applied like a chosen one.
+  CHECK(s.integer("hardware.gpus_per_node") == 1);
+  CHECK(s.integer("hardware.slice") == 8);
+  CHECK(s.describe_source("hardware.profile") == "default of dualpath run");
+  CHECK(s.describe_source("hardware.slice") == "profile paper-hopper-slice8");
+  CHECK(s.integer("workload.agents") == 96);
+  CHECK(s.source_of("workload.agents") == value_source::command_default);
+  // The file, a --set and a chosen profile each replace them.
+  req.file = file;
+  req.overrides = {"run.prefill_nodes=3", "hardware.profile=paper-hopper"};
+  s = load_ok(req);
+  CHECK(s.integer("workload.agents") == 5);
+  CHECK(s.integer("run.prefill_nodes") == 3);
+  CHECK(s.integer("hardware.gpus_per_node") == 8);
+  CHECK(s.integer("hardware.slice") == 1);
+  // A bad default names itself like any override.
+  load_request bad;
+  bad.defaults = {{"workload.agentz=1", "dualpath run"}};
+  auto err = load(bad);
+  REQUIRE(!err);
+  CHECK(message_of(err.error()).find("agentz") != std::string::npos);
+}
+
 TEST_CASE("overrides parse every type") {
   load_request req;
   req.overrides = {

@@ -100,10 +100,10 @@ struct fixture {
       self->send_exit(e, caf::exit_reason::user_shutdown);
   }
 
-  void enroll(const engine_id& id, caf::actor hdl) {
+  void enroll(const engine_id& id, caf::actor hdl, uint64_t free_hbm = 0) {
     bool ok = false;
     self->request(sched, timeout, enroll_atom_v,
-                  engine_registration{id, 0, hdl})
+                  engine_registration{id, 0, hdl, free_hbm})
         .receive([&](bool x) { ok = x; },
                  [&](caf::error& err) { FAIL(sys.render(err)); });
     REQUIRE(ok);
@@ -364,6 +364,50 @@ TEST_CASE_FIXTURE(fixture, "decode load counts dispatched requests reports "
   CHECK_EQ(per_engine[0], 2);
   CHECK_EQ(per_engine[1], 2);
   self->send_exit(client, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(fixture, "a decode engine's enrolled KV budget places "
+                           "requests before its first report") {
+  // The fixture's decode engines enrolled with no budget and never
+  // reported: they count as full, and nothing is placed.
+  caf::anon_send(sched, submit_atom_v, make_request(1));
+  auto got = [&] {
+    std::vector<uint64_t> ids;
+    for (uint32_t g = 0; g < 2; ++g)
+      for (auto& a : fetch(g).items)
+        ids.push_back(a.request.id);
+    std::lock_guard<std::mutex> guard{pushed->mtx};
+    for (auto& a : pushed->items)
+      ids.push_back(a.request.id);
+    pushed->items.clear();
+    return ids;
+  };
+  std::vector<uint64_t> before;
+  for (int i = 0; i < 20 && before.empty(); ++i) {
+    before = got();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(before.empty());
+  // One decode engine enrolls again (its node restarted) saying how much KV
+  // it can take: the pending request goes there at once, still with no
+  // report from any decode engine.
+  enroll(des[1], engines[pes.size() + 1], 1ull << 40);
+  std::vector<assignment> placed;
+  for (int i = 0; i < 200 && placed.empty(); ++i) {
+    for (uint32_t g = 0; g < 2; ++g)
+      for (auto& a : fetch(g).items)
+        placed.push_back(a);
+    {
+      std::lock_guard<std::mutex> guard{pushed->mtx};
+      placed.insert(placed.end(), pushed->items.begin(), pushed->items.end());
+      pushed->items.clear();
+    }
+    if (placed.empty())
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  REQUIRE_EQ(placed.size(), 1u);
+  CHECK_EQ(placed[0].request.id, 1u);
+  CHECK_EQ(placed[0].decode.rank, 1u);
 }
 
 TEST_CASE_FIXTURE(fixture, "a failed attempt is re-queued; too many fail the "

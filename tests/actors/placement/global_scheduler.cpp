@@ -146,6 +146,26 @@ struct fixture {
     return {};
   }
 
+  // Polls both groups' fetches and the pushes (each assignment once) until
+  // some arrive or `tries` rounds of 5 ms pass.
+  std::vector<assignment> take_assigned(int tries = 200) {
+    std::vector<assignment> got;
+    for (int i = 0; i < tries && got.empty(); ++i) {
+      for (uint32_t g = 0; g < 2; ++g)
+        for (auto& a : fetch(g).items)
+          got.push_back(a);
+      {
+        std::lock_guard<std::mutex> guard{pushed->mtx};
+        for (; taken < pushed->items.size(); ++taken)
+          got.push_back(pushed->items[taken]);
+      }
+      if (got.empty())
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return got;
+  }
+  size_t taken = 0; // pushes take_assigned() returned
+
   void report_decode(uint64_t free_hbm) {
     group_report rep;
     rep.group = 0;
@@ -340,22 +360,9 @@ TEST_CASE_FIXTURE(fixture, "decode load counts dispatched requests reports "
   report_decode(1ull << 40);
   auto client = sys.spawn([](caf::event_based_actor*) {});
   std::map<uint32_t, int> per_engine;
-  size_t seen = 0;
   for (uint64_t id = 1; id <= 4; ++id) {
     caf::anon_send(sched, submit_atom_v, make_request(id));
-    std::vector<assignment> got;
-    for (int i = 0; i < 200 && got.empty(); ++i) {
-      for (uint32_t g = 0; g < 2; ++g)
-        for (auto& a : fetch(g).items)
-          got.push_back(a);
-      {
-        std::lock_guard<std::mutex> guard{pushed->mtx};
-        for (; seen < pushed->items.size(); ++seen)
-          got.push_back(pushed->items[seen]);
-      }
-      if (got.empty())
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    auto got = take_assigned();
     REQUIRE_EQ(got.size(), 1u);
     CHECK_EQ(got[0].request.id, id);
     ++per_engine[got[0].decode.rank];
@@ -371,40 +378,12 @@ TEST_CASE_FIXTURE(fixture, "a decode engine's enrolled KV budget places "
   // The fixture's decode engines enrolled with no budget and never
   // reported: they count as full, and nothing is placed.
   caf::anon_send(sched, submit_atom_v, make_request(1));
-  auto got = [&] {
-    std::vector<uint64_t> ids;
-    for (uint32_t g = 0; g < 2; ++g)
-      for (auto& a : fetch(g).items)
-        ids.push_back(a.request.id);
-    std::lock_guard<std::mutex> guard{pushed->mtx};
-    for (auto& a : pushed->items)
-      ids.push_back(a.request.id);
-    pushed->items.clear();
-    return ids;
-  };
-  std::vector<uint64_t> before;
-  for (int i = 0; i < 20 && before.empty(); ++i) {
-    before = got();
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  CHECK(before.empty());
+  CHECK(take_assigned(20).empty());
   // One decode engine enrolls again (its node restarted) saying how much KV
   // it can take: the pending request goes there at once, still with no
   // report from any decode engine.
   enroll(des[1], engines[pes.size() + 1], 1ull << 40);
-  std::vector<assignment> placed;
-  for (int i = 0; i < 200 && placed.empty(); ++i) {
-    for (uint32_t g = 0; g < 2; ++g)
-      for (auto& a : fetch(g).items)
-        placed.push_back(a);
-    {
-      std::lock_guard<std::mutex> guard{pushed->mtx};
-      placed.insert(placed.end(), pushed->items.begin(), pushed->items.end());
-      pushed->items.clear();
-    }
-    if (placed.empty())
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  auto placed = take_assigned();
   REQUIRE_EQ(placed.size(), 1u);
   CHECK_EQ(placed[0].request.id, 1u);
   CHECK_EQ(placed[0].decode.rank, 1u);

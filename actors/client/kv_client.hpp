@@ -75,11 +75,41 @@
 #include "scheduler/path_choice.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/storage/block_format.hpp"
+#include "transport/storage/block_store.hpp"
 #include "transport/types.hpp"
 
 namespace dualpath::actors::client {
 
 using transport::block_hash;
+
+/// The deployment a client joins (docs/deployment.md, docs/integration.md):
+/// the engine's process hosts its own prefill-side node (storage reader,
+/// DRAM buffer, bulk endpoint) as the cluster file's entry `node` names it
+/// (its host and bulk_port; the file's bulk secret and TLS settings); the
+/// second read path is a decode node of the deployment, a separate `dualpath
+/// node` process, reached through the scheduler node's supervisor.
+struct deployment_config {
+  /// The deployment's cluster file.
+  std::string cluster_file;
+  /// This engine's node in it: a prefill entry that no `dualpath node`
+  /// process runs (its bulk_port is the client's listener).
+  std::string node;
+  /// The decode node whose reader is the DE path; "": the file's first.
+  std::string decode_node;
+  /// The deployment's settings, as its nodes were started with them
+  /// (--config FILE and --set KEY=VALUE, in order): the model, block size
+  /// and byte scale give the KV geometry, transport.* the bulk transport.
+  std::optional<std::string> config_file;
+  std::vector<std::string> sets;
+  /// How long make() waits for the scheduler node and the decode node.
+  std::chrono::milliseconds patience{30'000};
+};
+
+/// The block store of a deployment as its nodes open it (directory, model id
+/// and geometry), for an engine that populates or inspects it. Fails naming
+/// the file, key or node that is wrong.
+caf::expected<transport::storage::store_config>
+deployment_store(const deployment_config& dep);
 
 /// What the client is built with.
 struct client_config {
@@ -96,6 +126,12 @@ struct client_config {
   uint64_t snic_bytes_per_s = 50'000'000'000;
   /// Deadline of an operation that names none.
   std::chrono::milliseconds default_deadline{10'000};
+  /// A deployment to join instead of the embedded nodes. Then store_dir,
+  /// model_id and snic_bytes_per_s come from the deployment (its cluster
+  /// file and settings); a geometry given here must be the deployment's
+  /// (else invalid_argument names both); buffer_blocks sizes the engine's
+  /// own node; decode_faults do not apply.
+  std::optional<deployment_config> deployment;
   /// Faults injected into the decode node's bulk transport (drills and
   /// tests: a lost decode node, failing or slow writes on the DE path); the
   /// default injects none.
@@ -229,6 +265,8 @@ public:
 
 private:
   explicit kv_client(std::unique_ptr<impl> p);
+  static caf::expected<std::unique_ptr<kv_client>>
+  make_deployed(client_config cfg);
   std::unique_ptr<impl> impl_;
 };
 

@@ -259,8 +259,11 @@ struct kv_client::impl {
     if (op->reads_pending > 0) {
       if (clock_type::now() < op->deadline)
         return;
-      fail(op, caf::make_error(caf::sec::request_timeout,
-                               "storage read not answered by the deadline"));
+      fail(op,
+           caf::make_error(caf::sec::request_timeout,
+                           op->info.kind == finished_op::kind_t::save
+                               ? "staging slots not reserved by the deadline"
+                               : "storage read not answered by the deadline"));
     }
     op->phase = op_phase::ended;
     if (!op->pe_leases.empty())
@@ -1051,7 +1054,10 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
     if (!admitted)
       return std::move(admitted.error());
     op = std::move(*admitted);
+    // The reservation counts as a read: abandoned at the deadline if not
+    // answered (maybe_end), its late answer only hands the slots back.
     op->outstanding = n > 0 ? 1 : 0;
+    op->reads_pending = op->outstanding;
     d.maybe_end(op);
   }
   if (n == 0)
@@ -1060,6 +1066,12 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
   rr.request_id = op->info.ticket;
   for (uint32_t b = 0; b < n; ++b)
     rr.block_indices.push_back(req.first_block + b);
+  // The reader drops the reservation if it cannot serve it by the deadline
+  // (no slot is taken for a save that gave up).
+  rr.timeout_ns =
+      std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               op->deadline - clock_type::now())
+                               .count());
   // Reserve staging slots in the engine node's buffer, write the pages into
   // them over the transport (one batch), then persist each block.
   d.sys->spawn([&d, op, rr = std::move(rr), hashes = std::move(hashes),
@@ -1072,12 +1084,23 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
       d.maybe_end(op);
     };
     // No timeouts on the reader's requests: a persist reads its staging
-    // slot until it replies, so the slot is released only after the reply.
+    // slot until it replies, so the slot is released only after the reply;
+    // a reservation answered after the save ended gives its slots back.
     self->request(d.pe->reader, caf::infinite, reserve_atom_v, rr)
         .then(
             [&d, self, op, end_with, hashes, first, pages](read_completion& c) {
               {
                 std::lock_guard<std::mutex> guard{d.mtx};
+                if (op->phase == op_phase::ended) {
+                  lease_release rel;
+                  for (auto& l : c.leases)
+                    rel.lease_ids.push_back(l.lease_id);
+                  if (!rel.lease_ids.empty())
+                    caf::anon_send(d.pe->reader, release_atom_v,
+                                   std::move(rel));
+                  return;
+                }
+                --op->reads_pending;
                 for (auto& l : c.leases)
                   op->pe_leases.push_back(l.lease_id);
               }
@@ -1140,7 +1163,15 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
                 persist(std::move(done.error));
               });
             },
-            [end_with](caf::error& err) { end_with(std::move(err)); });
+            [&d, op, end_with](caf::error& err) {
+              {
+                std::lock_guard<std::mutex> guard{d.mtx};
+                if (op->phase == op_phase::ended)
+                  return; // abandoned at the deadline already
+                --op->reads_pending;
+              }
+              end_with(std::move(err));
+            });
   });
   return op->info.ticket;
 }

@@ -49,7 +49,8 @@ struct env {
 
   explicit env(uint64_t snic_bytes_per_s = 50'000'000'000,
                transport::bulk::fault_plan decode_faults = {},
-               std::vector<std::vector<uint32_t>> stored = {prompt(6)}) {
+               std::vector<std::vector<uint32_t>> stored = {prompt(6)},
+               uint32_t buffer_blocks = 16) {
     // The store exists before the client, as a previous run left it.
     {
       auto be = make_backend(backend_config{});
@@ -63,7 +64,7 @@ struct env {
     cfg.store_dir = dir.path();
     cfg.model_id = "m";
     cfg.geometry = geometry();
-    cfg.buffer_blocks = 16;
+    cfg.buffer_blocks = buffer_blocks;
     cfg.snic_bytes_per_s = snic_bytes_per_s;
     cfg.decode_faults = decode_faults;
     auto c = kv_client::make(cfg);
@@ -304,6 +305,43 @@ TEST_CASE("a failed load is reported only once nothing of it still writes") {
   CHECK(std::chrono::steady_clock::now() - t0
         >= std::chrono::milliseconds{300});
   CHECK(e.client->finished().size() == 1);
+}
+
+TEST_CASE("a save whose staging slots are not free by its deadline ends "
+          "then and takes none") {
+  // A six-slot buffer, its slots held by a slow PE load (2 KiB/s: ~0.4 s
+  // per block) well past the save's 200 ms deadline.
+  env e{2048, {}, {prompt(6)}, 6};
+  auto r = e.six_blocks(load_path::pe, std::chrono::milliseconds{1000});
+  auto lt = e.client->start_load(r);
+  REQUIRE(lt);
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  auto tokens = prompt(8);
+  save_request s;
+  s.tokens = tokens;
+  s.first_block = 6;
+  s.pages = {10, 11};
+  s.deadline = std::chrono::milliseconds{200};
+  auto t0 = std::chrono::steady_clock::now();
+  auto st = e.client->start_save(s);
+  REQUIRE(st);
+  auto done = e.client->wait(*st);
+  auto waited = std::chrono::steady_clock::now() - t0;
+  REQUIRE(done);
+  CHECK(done->error == caf::sec::request_timeout);
+  CHECK(waited >= std::chrono::milliseconds{200});
+  CHECK(waited < std::chrono::milliseconds{1000}); // not when slots free up
+  CHECK(e.client->wait(*lt)); // the slow load ends (its deadline)
+  e.client->finished();
+  // Every slot came back: a load that needs the whole buffer succeeds once
+  // the slow reads are through.
+  auto full = e.six_blocks(load_path::pe, std::chrono::milliseconds{8000});
+  auto ft = e.client->start_load(full);
+  REQUIRE(ft);
+  auto fd = e.client->wait(*ft);
+  REQUIRE(fd);
+  CHECK(!fd->error);
+  CHECK(fd->blocks_ok == 6);
 }
 
 TEST_CASE("bad input is refused naming what was wrong") {

@@ -917,10 +917,11 @@ caf::expected<uint64_t> kv_client::start_load(load_request req) {
   {
     std::lock_guard<std::mutex> guard{d.mtx};
     if (d.remote != remote_phase::embedded && d.remote != remote_phase::up)
-      de_down = caf::make_error(
-          transport::transport_errc::peer_lost,
-          "decode node " + d.remote_name + " is not reachable: "
-              + (d.remote_why ? render(d.remote_why) : std::string{"joining"}));
+      de_down = d.remote == remote_phase::lost && d.remote_why
+                    ? d.remote_why
+                    : caf::make_error(transport::transport_errc::peer_lost,
+                                      "decode node " + d.remote_name
+                                          + " is not reachable");
   }
   switch (req.path) {
     case load_path::pe:

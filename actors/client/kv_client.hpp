@@ -5,6 +5,15 @@
 // DRAM buffer and bulk endpoint) and one decode node (the second read path),
 // both built by actors/cluster's build_node over one block store on real
 // files, their bulk transports local backends on one in-process fabric.
+// Or (client_config::deployment) it joins a running deployment: the engine's
+// node is built in this process as a deployment node (its settings, its
+// cluster file's bulk secret and TLS), the decode node is a `dualpath node`
+// process whose reader reads the DE blocks and whose bulk endpoint writes
+// them into the engine's pages over the deployment's transport; the client
+// polls the scheduler node's view and, when the decode node leaves it
+// (killed, stopped, unreachable), fails every load waiting for it at once
+// with transport_errc::peer_lost, reads later loads on the PE path (a forced
+// DE load fails at once) and takes the node back when it returns.
 //
 //  - lookup (scheduler side, async): the longest stored prefix of a prompt,
 //    in Full Blocks; poll its ticket until it answers.
@@ -39,9 +48,14 @@
 // its deadline fails with caf::sec::request_timeout and ends then: the late
 // reads only hand their buffer slots back, nothing lands in the pages after
 // the load was reported. wait_for_layer returns at the deadline at the
-// latest. A save's staging write has the deadline; the save ends when the
-// reader has answered every persist (a persist reads its staging slot until
-// it answers, so the slot is never reused under it).
+// latest. A save's slot reservation has the deadline (the reader drops it
+// unserved then, a late answer hands its slots back), so has its staging
+// write; the save ends when the reader has answered every persist (a
+// persist reads its staging slot until it answers, so the slot is never
+// reused under it). Over a deployment a decode node that stays in the view
+// but does not answer is waited for at most one second past the deadline
+// (its sender fails batches past it and replies) before the load is
+// reported.
 //
 // Failure: bad input (unknown pages, a page index past the registered
 // memory, a ticket not issued, a second registration, tokens and pages that

@@ -291,9 +291,12 @@ struct kv_client::impl {
                caf::expected<read_completion> res,
                caf::event_based_actor* self) {
     std::vector<std::pair<uint32_t, buffer_lease>> landed;
-    auto remote_part = remote_side(side);
+    bulk_endpoint_actor writer; // the decode node's, for a remote part
+    bool remote_part;
     {
       std::lock_guard<std::mutex> guard{mtx};
+      remote_part = remote_side(side);
+      writer = remote_bulk;
       if (op->phase == op_phase::ended || (remote_part && op->remote_cut)) {
         // Abandoned (at its deadline, or its node was lost): nothing more
         // lands in the pages; the leases go back.
@@ -378,8 +381,8 @@ struct kv_client::impl {
         }
         auto timeout = std::chrono::duration_cast<milliseconds>(left)
                        + remote_grace + remote_grace;
-        self->request(remote_bulk, std::max(timeout, remote_grace),
-                      write_atom_v, std::move(wb))
+        self->request(writer, std::max(timeout, remote_grace), write_atom_v,
+                      std::move(wb))
             .then(
                 [batch_done, layer](batch_completion& c) {
                   batch_done(layer, std::move(c.error));

@@ -742,20 +742,10 @@ kv_client::make_deployed(client_config cfg) {
   // The bulk transport as every node of the deployment has it
   // (transport.backend, the cluster's secret), listening on the entry's
   // bulk_port.
-  auto bopts = bulk::options_from(p->dep_settings, me.name);
+  auto bopts = node::node_bulk_options(p->dep_settings, cf, me);
   if (!bopts)
     return bopts.error();
-  bopts->secret = cf.bulk_secret;
-  bopts->listen_host = me.host;
-  bopts->listen_port = me.bulk_port;
   bopts->default_deadline = cfg.default_deadline;
-  if (!me.rdma_device.empty())
-    bopts->verbs_device = me.rdma_device;
-  if (me.gid_index >= 0)
-    bopts->verbs_gid_index = me.gid_index;
-  if (bopts->backend == "local")
-    return bad_input("transport.backend = local cannot reach a deployment's "
-                     "processes: use auto, tcp or verbs");
   auto made = bulk::make_backend(*bopts, nullptr);
   if (!made)
     return made.error();

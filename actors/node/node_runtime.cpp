@@ -132,6 +132,25 @@ open_store(const config::settings& cfg, const cluster::cluster_spec& spec,
   return std::shared_ptr<storage::block_store>{std::move(*opened)};
 }
 
+caf::expected<transport::bulk::options>
+node_bulk_options(const config::settings& cfg, const cluster_file& cf,
+                  const node_entry& me) {
+  auto bopts = transport::bulk::options_from(cfg, me.name);
+  if (!bopts)
+    return bopts.error();
+  bopts->secret = cf.bulk_secret;
+  bopts->listen_host = me.host;
+  bopts->listen_port = me.bulk_port;
+  if (!me.rdma_device.empty())
+    bopts->verbs_device = me.rdma_device;
+  if (me.gid_index >= 0)
+    bopts->verbs_gid_index = me.gid_index;
+  if (bopts->backend == "local")
+    return bad_input("transport.backend = local cannot reach other "
+                     "processes: use auto, tcp or verbs");
+  return bopts;
+}
+
 namespace {
 
 // The cluster's emulated time origin on this process's actor clock.
@@ -495,19 +514,9 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
   // The bulk transport (transport.backend: verbs, tcp, or auto = verbs per
   // peer where the handshake succeeds, else tcp), authenticated with the
   // cluster's shared secret.
-  auto bopts = transport::bulk::options_from(cfg, me.name);
+  auto bopts = node_bulk_options(cfg, cf, me);
   if (!bopts)
     return bopts.error();
-  bopts->secret = cf.bulk_secret;
-  bopts->listen_host = me.host;
-  bopts->listen_port = me.bulk_port;
-  if (!me.rdma_device.empty())
-    bopts->verbs_device = me.rdma_device;
-  if (me.gid_index >= 0)
-    bopts->verbs_gid_index = me.gid_index;
-  if (bopts->backend == "local")
-    return bad_input("transport.backend = local cannot reach other "
-                     "processes: use auto, tcp or verbs");
   // Per-peer choices of `auto` (fallbacks to tcp) go to the node's log.
   bopts->notice = [&log, name = me.name](const std::string& what) {
     log << "dualpath node " + name + ": " + what + "\n" << std::flush;

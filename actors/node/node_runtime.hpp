@@ -33,6 +33,7 @@
 #include "actors/cluster/job.hpp"
 #include "actors/node/cluster_file.hpp"
 #include "config/settings.hpp"
+#include "transport/bulk/backend.hpp"
 
 namespace dualpath::transport::storage {
 class block_store;
@@ -51,6 +52,14 @@ deployment_spec(const config::settings& cfg, const cluster_file& cluster);
 caf::expected<std::shared_ptr<transport::storage::block_store>>
 open_store(const config::settings& cfg, const cluster::cluster_spec& spec,
            const std::string& dir);
+
+/// The bulk transport options of engine node `me`: transport.* of the
+/// settings, the cluster's secret, the entry's listen address, RDMA device
+/// and GID index. transport.backend = local (no other process can reach it)
+/// is bad input.
+caf::expected<transport::bulk::options>
+node_bulk_options(const config::settings& cfg, const cluster_file& cluster,
+                  const node_entry& me);
 
 /// Runs node `name` of `cluster` (see file comment). Progress and warnings go
 /// to `log`. Returns an error when the node cannot start or loses the

@@ -21,6 +21,7 @@
 
 #include "actors/client/kv_client.hpp"
 #include "actors/protocol/register.hpp"
+#include "tests/actors/client/client_support.hpp"
 #include "tests/actors/node/deployment.hpp"
 #include "tests/support/support.hpp"
 #include "transport/errors.hpp"
@@ -40,9 +41,7 @@ constexpr uint32_t pages = 16;
 
 std::vector<uint32_t> prompt(uint32_t blocks, uint32_t block_tokens,
                              uint32_t salt = 0) {
-  std::vector<uint32_t> t(blocks * block_tokens + 1); // + a partial block
-  std::iota(t.begin(), t.end(), salt * 1000);
-  return t;
+  return test::client_prompt(blocks, block_tokens, salt);
 }
 
 // The settings every process of the deployment and the client share: a
@@ -180,15 +179,17 @@ struct engine {
   }
 
   prefix_hit lookup(const std::vector<uint32_t>& tokens) {
-    auto t = client->lookup(tokens);
-    for (;;) {
-      auto r = client->lookup_result(t);
-      if (r) {
-        REQUIRE(*r);
-        return std::move(**r);
-      }
-      std::this_thread::sleep_for(1ms);
-    }
+    return test::lookup_hit(*client, tokens);
+  }
+
+  // A load of `blocks` into pages 0.. forced onto the DE path.
+  load_request de_load(const std::vector<block_hash>& blocks) const {
+    load_request r;
+    r.blocks = blocks;
+    for (uint32_t i = 0; i < blocks.size(); ++i)
+      r.pages.push_back(i);
+    r.path = load_path::de;
+    return r;
   }
 
   const std::byte* page(uint32_t layer, uint32_t p) const {
@@ -298,24 +299,10 @@ TEST_CASE("over a deployment: the remote DE path is byte-exact, a killed "
   // A block damaged in storage: a per-block error on the remote path.
   auto other = e.lookup(prompt(6, d.bt(), 1));
   REQUIRE(other.blocks.size() == 6);
+  test::flip_byte(e.client->block_file(other.blocks[3]),
+                  static_cast<std::streamoff>(e.geo.layer_offset(2) + 9), 0x33);
   {
-    std::fstream f{e.client->block_file(other.blocks[3]),
-                   std::ios::in | std::ios::out | std::ios::binary};
-    REQUIRE(f);
-    auto at = static_cast<std::streamoff>(e.geo.layer_offset(2) + 9);
-    f.seekg(at);
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x33);
-    f.seekp(at);
-    f.write(&c, 1);
-  }
-  {
-    load_request r;
-    r.blocks = other.blocks;
-    r.pages = {0, 1, 2, 3, 4, 5};
-    r.path = load_path::de;
-    auto t = e.client->start_load(r);
+    auto t = e.client->start_load(e.de_load(other.blocks));
     REQUIRE(t);
     auto done = e.client->wait(*t);
     REQUIRE(done);
@@ -332,10 +319,7 @@ TEST_CASE("over a deployment: the remote DE path is byte-exact, a killed "
   // its deadline (the client sees the node leave the deployment), wait()
   // returns, nothing hangs.
   {
-    load_request r;
-    r.blocks = hit.blocks;
-    r.pages = {0, 1, 2, 3, 4, 5};
-    r.path = load_path::de;
+    auto r = e.de_load(hit.blocks);
     r.deadline = 20s;
     // Two loads queued on the remote reader (~1.2 s of its NIC's time), so
     // that reads are running when the node dies.
@@ -393,11 +377,7 @@ TEST_CASE("over a deployment: the remote DE path is byte-exact, a killed "
   d.start_de0();
   auto back = std::chrono::steady_clock::now() + 10s;
   for (;;) {
-    load_request r;
-    r.blocks = hit.blocks;
-    r.pages = {0, 1, 2, 3, 4, 5};
-    r.path = load_path::de;
-    auto t = e.client->start_load(r);
+    auto t = e.client->start_load(e.de_load(hit.blocks));
     REQUIRE(t);
     auto done = e.client->wait(*t);
     REQUIRE(done);

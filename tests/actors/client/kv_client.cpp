@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "actors/client/kv_client.hpp"
+#include "tests/actors/client/client_support.hpp"
 #include "tests/support/support.hpp"
 #include "transport/errors.hpp"
 #include "transport/storage/backend.hpp"
@@ -37,9 +38,7 @@ kv_geometry geometry() {
 }
 
 std::vector<uint32_t> prompt(uint32_t blocks, uint32_t salt = 0) {
-  std::vector<uint32_t> t(blocks * block_tokens + 1); // + a partial block
-  std::iota(t.begin(), t.end(), salt * 1000);
-  return t;
+  return test::client_prompt(blocks, block_tokens, salt);
 }
 
 struct env {
@@ -79,15 +78,7 @@ struct env {
   }
 
   prefix_hit lookup(const std::vector<uint32_t>& tokens) {
-    auto t = client->lookup(tokens);
-    for (;;) {
-      auto r = client->lookup_result(t);
-      if (r) {
-        REQUIRE(*r);
-        return std::move(**r);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds{1});
-    }
+    return test::lookup_hit(*client, tokens);
   }
 
   // A load of the stored prompt's six blocks into pages 0..5.
@@ -200,19 +191,10 @@ TEST_CASE("a block damaged in storage is a per-block load error") {
   env e;
   auto hit = e.lookup(prompt(6));
   REQUIRE(hit.blocks.size() == 6);
-  {
-    // Flip bytes of layer 1 of block 2 in its real file.
-    std::fstream f{e.client->block_file(hit.blocks[2]),
-                   std::ios::in | std::ios::out | std::ios::binary};
-    REQUIRE(f);
-    auto at = static_cast<std::streamoff>(geometry().layer_offset(1) + 5);
-    f.seekg(at);
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x5a);
-    f.seekp(at);
-    f.write(&c, 1);
-  }
+  // Flip a byte of layer 1 of block 2 in its real file.
+  test::flip_byte(e.client->block_file(hit.blocks[2]),
+                  static_cast<std::streamoff>(geometry().layer_offset(1) + 5),
+                  0x5a);
   for (auto path : {load_path::pe, load_path::de}) {
     CAPTURE(to_string(path));
     load_request r;

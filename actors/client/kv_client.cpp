@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <iostream>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -10,12 +11,20 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
 #include "actors/cluster/cluster.hpp"
+#include "actors/node/cluster_file.hpp"
+#include "actors/node/node_runtime.hpp"
+#include "actors/node/node_system.hpp"
+#include "actors/protocol/bulk_endpoint_actor.hpp"
+#include "actors/protocol/node_supervisor_actor.hpp"
 #include "actors/protocol/register.hpp"
 #include "config/enum_names.hpp"
+#include "config/settings.hpp"
 #include "transport/bulk/backend.hpp"
+#include "transport/errors.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/errors.hpp"
 #include "transport/storage/kv_content.hpp"
@@ -25,6 +34,19 @@ namespace dualpath::actors::client {
 namespace bulk = transport::bulk;
 namespace storage = transport::storage;
 using clock_type = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// How long after an operation's deadline a remote decode node's answer is
+// still waited for (the remote sender fails a batch past its deadline and
+// replies; this covers the message's way back) before the operation ends
+// without it. Not a setting: it only bounds a failure's report.
+constexpr milliseconds remote_grace{1000};
+// How often the client polls the deployment's view for the decode node.
+constexpr milliseconds view_period{200};
+// A remote read whose reply is later than its deadline still hands its
+// leases back as long as it comes within this (the requester lives that
+// long, or until the client is destroyed).
+constexpr milliseconds late_reply_window{60'000};
 
 constexpr std::string_view load_path_names[] = {"automatic", "pe", "de",
                                                 "split"};
@@ -56,6 +78,12 @@ struct op_state {
   // ends when it reaches 0.
   uint32_t outstanding = 0;
   std::vector<block_error> errors;
+  // Reads and batches on a remote decode node not yet answered (part of
+  // outstanding; remote_reads also of reads_pending). Cut (no longer
+  // waited for) when the node is lost or they are late past the grace.
+  uint32_t remote_pending = 0;
+  uint32_t remote_reads = 0;
+  bool remote_cut = false;
   // Leases to hand back when the operation ends, per reader.
   std::vector<uint64_t> pe_leases;
   std::vector<uint64_t> de_leases;
@@ -65,16 +93,40 @@ using op_ptr = std::shared_ptr<op_state>;
 
 } // namespace
 
+// Where the client's decode node is (deployments only).
+enum class remote_phase : uint8_t {
+  embedded, ///< No deployment: the decode node is in this process.
+  joining,  ///< Not yet reached (make() waits for it).
+  up,       ///< Its reader and bulk endpoint answer; the bulk link is set up.
+  lost,     ///< Left the deployment's view (killed, stopped, unreachable).
+};
+
+// Which reader a part of a load goes to.
+enum class side_t : uint8_t { pe, de };
+
 struct kv_client::impl {
   client_config cfg;
-  caf::actor_system_config sys_cfg;
+  // Deployments: the settings and cluster file (outlive the actor system).
+  config::settings dep_settings;
+  std::optional<node::cluster_file> cluster;
+  std::unique_ptr<caf::actor_system_config> sys_cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::shared_ptr<storage::block_store> store;
   cluster::cluster_spec spec;
   emulated_time time;
   node_ptr pe;
-  node_ptr de;
+  node_ptr de;                                   // embedded only
   std::vector<std::shared_ptr<void>> keep_alive; // pools, registrations
+  // Deployments: the decode node (guarded by mtx) and the actor that polls
+  // the view; every requester to the decode node is linked to it, so that
+  // killing it at destruction ends them all.
+  remote_phase remote = remote_phase::embedded;
+  std::string remote_name;
+  storage_reader_actor remote_reader;
+  bulk_endpoint_actor remote_bulk;
+  std::vector<uint8_t> remote_details;
+  caf::error remote_why; // why it is not up
+  caf::actor hub;
 
   mutable std::mutex mtx;
   std::condition_variable cv;
@@ -101,6 +153,8 @@ struct kv_client::impl {
         cv.wait_for(guard, std::chrono::milliseconds{10});
       }
     }
+    if (hub)
+      caf::anon_send_exit(hub, caf::exit_reason::kill);
     for (auto* n : {&pe, &de})
       if (*n && (*n)->reader)
         caf::anon_send_exit((*n)->reader, caf::exit_reason::user_shutdown);
@@ -112,6 +166,39 @@ struct kv_client::impl {
     pe.reset();
     de.reset();
     sys.reset();
+    sys_cfg.reset();
+  }
+
+  const storage_reader_actor& reader_of(side_t s) const {
+    if (s == side_t::pe)
+      return pe->reader;
+    return remote == remote_phase::embedded ? de->reader : remote_reader;
+  }
+
+  bool remote_side(side_t s) const {
+    return s == side_t::de && remote != remote_phase::embedded;
+  }
+
+  // The decode node is lost: every operation stops waiting for it (the
+  // node can write nothing more once it is gone). Called with mtx held.
+  void cut_remote(const op_ptr& op, caf::error why) {
+    if (op->remote_pending == 0 || op->phase == op_phase::ended)
+      return;
+    fail(op, std::move(why));
+    op->outstanding -= op->remote_pending;
+    op->reads_pending -= op->remote_reads;
+    op->remote_pending = 0;
+    op->remote_reads = 0;
+    op->remote_cut = true;
+    maybe_end(op);
+  }
+
+  void lose_remote(caf::error why) {
+    remote = remote_phase::lost;
+    remote_why = why;
+    for (auto& kv : ops)
+      cut_remote(kv.second, why);
+    cv.notify_all();
   }
 
   clock_type::time_point deadline_of(std::chrono::milliseconds d) const {
@@ -161,20 +248,29 @@ struct kv_client::impl {
   void maybe_end(const op_ptr& op) {
     if (op->phase == op_phase::ended)
       return;
+    if (op->remote_pending > 0
+        && clock_type::now() >= op->deadline + remote_grace)
+      return cut_remote(
+          op, caf::make_error(caf::sec::request_timeout,
+                              "decode node " + remote_name
+                                  + " did not answer by the deadline"));
     if (op->outstanding > op->reads_pending)
       return; // a batch or a persist may still write
     if (op->reads_pending > 0) {
       if (clock_type::now() < op->deadline)
         return;
-      fail(op, caf::make_error(caf::sec::request_timeout,
-                               "storage read not answered by the deadline"));
+      fail(op,
+           caf::make_error(caf::sec::request_timeout,
+                           op->info.kind == finished_op::kind_t::save
+                               ? "staging slots not reserved by the deadline"
+                               : "storage read not answered by the deadline"));
     }
     op->phase = op_phase::ended;
     if (!op->pe_leases.empty())
       caf::anon_send(pe->reader, release_atom_v,
                      lease_release{std::move(op->pe_leases)});
     if (!op->de_leases.empty())
-      caf::anon_send(de->reader, release_atom_v,
+      caf::anon_send(reader_of(side_t::de), release_atom_v,
                      lease_release{std::move(op->de_leases)});
     cv.notify_all();
   }
@@ -185,33 +281,46 @@ struct kv_client::impl {
   }
 
   // A read of one side answered: posts its blocks layer by layer (layer l of
-  // every block as one batch) from the side's buffer into the pages.
-  void on_read(const op_ptr& op, const node_ptr& side, uint32_t first,
+  // every block as one batch) from the side's buffer into the pages: on the
+  // side's own bulk transport in this process, or, for a deployment's decode
+  // node, by its bulk endpoint over the deployment's transport. `self` is
+  // the actor the reply came to.
+  void on_read(const op_ptr& op, side_t side, uint32_t first,
                const std::vector<block_hash>& blocks,
                const std::vector<uint32_t>& pages_of,
-               caf::expected<read_completion> res) {
+               caf::expected<read_completion> res,
+               caf::event_based_actor* self) {
     std::vector<std::pair<uint32_t, buffer_lease>> landed;
+    bulk_endpoint_actor writer; // the decode node's, for a remote part
+    bool remote_part;
     {
       std::lock_guard<std::mutex> guard{mtx};
-      if (op->phase == op_phase::ended) {
-        // Abandoned at its deadline: nothing more lands in the pages.
+      remote_part = remote_side(side);
+      writer = remote_bulk;
+      if (op->phase == op_phase::ended || (remote_part && op->remote_cut)) {
+        // Abandoned (at its deadline, or its node was lost): nothing more
+        // lands in the pages; the leases go back.
         if (res && !res->leases.empty()) {
           lease_release rel;
           for (auto& l : res->leases)
             rel.lease_ids.push_back(l.lease_id);
-          caf::anon_send(side->reader, release_atom_v, std::move(rel));
+          caf::anon_send(reader_of(side), release_atom_v, std::move(rel));
         }
         return;
       }
       --op->reads_pending;
       --op->outstanding;
+      if (remote_part) {
+        --op->remote_pending;
+        --op->remote_reads;
+      }
       if (!res) {
         fail(op, std::move(res.error()));
         maybe_end(op);
         cv.notify_all();
         return;
       }
-      auto& leases = side == pe ? op->pe_leases : op->de_leases;
+      auto& leases = side == side_t::pe ? op->pe_leases : op->de_leases;
       for (auto& l : res->leases)
         leases.push_back(l.lease_id);
       for (size_t f = 0; f < res->failed.size(); ++f) {
@@ -236,10 +345,54 @@ struct kv_client::impl {
       for (auto& n : op->layer_batches)
         ++n;
       op->outstanding += cfg.geometry.layers;
+      if (remote_part)
+        op->remote_pending += cfg.geometry.layers;
     }
     auto& geo = cfg.geometry;
     auto page = geo.layer_bytes();
+    auto batch_done = [this, op, layer_of = remote_part](uint32_t layer,
+                                                         caf::error err) {
+      std::lock_guard<std::mutex> guard{mtx};
+      if (layer_of && op->remote_cut)
+        return; // no longer counted
+      --op->layer_batches[layer];
+      --op->outstanding;
+      if (layer_of)
+        --op->remote_pending;
+      if (err)
+        fail(op, std::move(err));
+      maybe_end(op);
+      cv.notify_all();
+    };
     for (uint32_t layer = 0; layer < geo.layers; ++layer) {
+      if (remote_part) {
+        write_batch wb;
+        wb.tag = op->info.ticket;
+        auto left = op->deadline - clock_type::now();
+        wb.deadline_ns = std::max<int64_t>(
+            1,
+            std::chrono::duration_cast<std::chrono::nanoseconds>(left).count());
+        for (auto& [index, lease] : landed) {
+          auto dst = layers[layer].describe().subrange(
+              uint64_t{pages_of[index]} * page, page);
+          wb.ops.push_back(write_op{lease.region.region_id,
+                                    lease.region.offset + layer * page,
+                                    std::move(*dst)});
+        }
+        auto timeout = std::chrono::duration_cast<milliseconds>(left)
+                       + remote_grace + remote_grace;
+        self->request(writer, std::max(timeout, remote_grace), write_atom_v,
+                      std::move(wb))
+            .then(
+                [batch_done, layer](batch_completion& c) {
+                  batch_done(layer, std::move(c.error));
+                },
+                [batch_done, layer](caf::error& err) {
+                  batch_done(layer, std::move(err));
+                });
+        continue;
+      }
+      auto& n = side == side_t::pe ? pe : de;
       bulk::batch b;
       b.deadline = op->deadline;
       b.tag = op->info.ticket;
@@ -247,19 +400,139 @@ struct kv_client::impl {
         auto dst = layers[layer].describe().subrange(
             uint64_t{pages_of[index]} * page, page);
         b.writes.push_back(bulk::write_request{
-            side->pool_registration, lease.region.offset + layer * page,
+            n->pool_registration, lease.region.offset + layer * page,
             std::move(*dst)});
       }
-      side->bulk->post(std::move(b), [this, op, layer](bulk::completion c) {
-        std::lock_guard<std::mutex> guard{mtx};
-        --op->layer_batches[layer];
-        --op->outstanding;
-        if (c.error)
-          fail(op, std::move(c.error));
-        maybe_end(op);
-        cv.notify_all();
+      n->bulk->post(std::move(b), [batch_done, layer](bulk::completion c) {
+        batch_done(layer, std::move(c.error));
       });
     }
+  }
+
+  // Deployments: polls the deployment's view every view_period; sets the
+  // decode node up (its reader, its bulk endpoint, the bulk link both ways)
+  // when it appears or comes back under new details, and loses it (every
+  // operation waiting for it fails at once, peer_lost) when it leaves the
+  // view or the scheduler node stops answering.
+  void start_hub(node_supervisor_actor sup) {
+    hub = sys->spawn([this, sup](caf::event_based_actor* self) {
+      self->send(self, view_atom_v);
+      return caf::behavior{
+          [this, self, sup](view_atom) {
+            self->request(sup, milliseconds{2000}, view_atom_v)
+                .then(
+                    [this, self](cluster_view& v) {
+                      on_view(self, v);
+                      self->delayed_send(self, view_period, view_atom_v);
+                    },
+                    [this, self](caf::error& err) {
+                      {
+                        std::lock_guard<std::mutex> guard{mtx};
+                        if (remote == remote_phase::up)
+                          lose_remote(caf::make_error(
+                              transport::transport_errc::peer_lost,
+                              "the scheduler node does not answer: "
+                                  + render(err)));
+                      }
+                      self->delayed_send(self, view_period, view_atom_v);
+                    });
+          },
+      };
+    });
+  }
+
+  void on_view(caf::event_based_actor* self, const cluster_view& v) {
+    const node_info* found = nullptr;
+    for (auto& n : v.nodes)
+      if (n.name == remote_name)
+        found = &n;
+    caf::actor reader;
+    caf::actor bulk_hdl;
+    if (found != nullptr)
+      for (size_t i = 0;
+           i < found->actors.size() && i < found->actor_names.size(); ++i) {
+        if (found->actor_names[i] == "reader")
+          reader = found->actors[i];
+        if (found->actor_names[i] == "bulk")
+          bulk_hdl = found->actors[i];
+      }
+    std::unique_lock<std::mutex> guard{mtx};
+    if (found == nullptr || !reader || !bulk_hdl) {
+      if (remote == remote_phase::up)
+        lose_remote(caf::make_error(transport::transport_errc::peer_lost,
+                                    "decode node " + remote_name
+                                        + " left the deployment"));
+      else if (found != nullptr)
+        remote_why = caf::make_error(
+            caf::sec::runtime_error,
+            "decode node " + remote_name
+                + " publishes no reader or bulk endpoint (an older node?)");
+      return;
+    }
+    if (remote == remote_phase::up && found->endpoint.details == remote_details)
+      return;
+    if (remote == remote_phase::up)
+      lose_remote(caf::make_error(transport::transport_errc::peer_lost,
+                                  "decode node " + remote_name + " restarted"));
+    guard.unlock();
+    // The bulk link: the decode node connects to this node (it writes into
+    // the pages), this node to it (verbs needs both sides' details).
+    endpoint_info mine;
+    mine.node = pe->bulk->node();
+    mine.backend = pe->bulk->caps().name;
+    auto details = pe->bulk->details_for(remote_name);
+    if (!details) {
+      std::lock_guard<std::mutex> g{mtx};
+      remote_why = details.error();
+      return;
+    }
+    mine.details = *details;
+    if (mine.backend == "tcp")
+      mine.address.assign(details->begin(), details->end());
+    auto rb = caf::actor_cast<bulk_endpoint_actor>(bulk_hdl);
+    auto rr = caf::actor_cast<storage_reader_actor>(reader);
+    auto their = found->endpoint.details;
+    self->request(rb, milliseconds{5000}, connect_atom_v, std::move(mine))
+        .then(
+            [this, rb, rr, their](endpoint_info& info) {
+              caf::error err;
+              if (!info.details.empty())
+                err = pe->bulk->connect(remote_name, info.details);
+              std::lock_guard<std::mutex> g{mtx};
+              if (err) {
+                remote_why = err;
+                return;
+              }
+              remote_reader = rr;
+              remote_bulk = rb;
+              remote_details = their;
+              remote = remote_phase::up;
+              remote_why = caf::none;
+              cv.notify_all();
+            },
+            [this](caf::error& err) {
+              std::lock_guard<std::mutex> g{mtx};
+              remote_why = err;
+            });
+  }
+
+  // The decode node's read queue in tokens: the embedded node's board, or
+  // a deployment's node asked (a node that does not answer counts as a
+  // full queue, so the PE side takes the load).
+  uint64_t de_queue_tokens() {
+    if (remote == remote_phase::embedded)
+      return de->loads->read_queue().tokens;
+    uint64_t out = UINT64_MAX / 4;
+    storage_reader_actor reader;
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      reader = remote_reader;
+    }
+    caf::scoped_actor self{*sys};
+    self->request(reader, milliseconds{500}, queue_atom_v)
+        .receive([&](read_queue_status& q) { out = q.tokens; },
+                 [](caf::error&) {});
+    return out;
   }
 
   void finish_load_info(const op_ptr& op) {
@@ -277,6 +550,83 @@ struct kv_client::impl {
   }
 };
 
+namespace {
+
+// A deployment as its nodes see it: the cluster file, the settings and the
+// cluster they build from.
+struct deployment_view {
+  node::cluster_file cluster;
+  config::settings settings;
+  cluster::cluster_spec spec;
+  transport::storage::store_config store;
+  const node::node_entry* me = nullptr;
+  const node::node_entry* decode = nullptr;
+};
+
+caf::expected<deployment_view> read_deployment(const deployment_config& dep) {
+  deployment_view out;
+  if (dep.cluster_file.empty())
+    return bad_input("deployment.cluster_file: no cluster file given");
+  auto cf = node::load_cluster(dep.cluster_file);
+  if (!cf)
+    return cf.error();
+  out.cluster = std::move(*cf);
+  config::load_request req;
+  req.file = dep.config_file;
+  for (auto& text : dep.sets)
+    req.overrides.emplace_back(text, "--set");
+  auto cfg = config::load(req);
+  if (!cfg)
+    return cfg.error();
+  out.settings = std::move(*cfg);
+  auto spec = node::deployment_spec(out.settings, out.cluster);
+  if (!spec)
+    return spec.error();
+  out.spec = std::move(*spec);
+  out.me = out.cluster.find(dep.node);
+  if (out.me == nullptr || out.me->role != node::node_role::prefill)
+    return bad_input("deployment.node: '" + dep.node
+                     + "' is no prefill node of " + out.cluster.path
+                     + " (the engine's own node must be one, with its "
+                       "host and bulk_port)");
+  auto de_name = dep.decode_node;
+  if (de_name.empty()) {
+    auto names = out.cluster.names_of(node::node_role::decode);
+    if (names.empty())
+      return bad_input("cluster file " + out.cluster.path
+                       + " has no decode node (the DE path reads on one)");
+    de_name = names.front();
+  }
+  out.decode = out.cluster.find(de_name);
+  if (out.decode == nullptr || out.decode->role != node::node_role::decode)
+    return bad_input("deployment.decode_node: '" + de_name
+                     + "' is no decode node of " + out.cluster.path);
+  auto& st = out.store;
+  st.directory = out.cluster.storage_of(out.me->name);
+  st.model_id = out.spec.model.name;
+  st.geometry.layers = out.spec.model.layers;
+  st.geometry.block_tokens = out.spec.block_tokens;
+  st.geometry.bytes_per_token_layer =
+      static_cast<uint32_t>(cluster::real_bytes_per_token_layer(out.spec));
+  return out;
+}
+
+std::string to_text(const storage::kv_geometry& g) {
+  return std::to_string(g.layers) + " layers x "
+         + std::to_string(g.block_tokens) + " tokens x "
+         + std::to_string(g.bytes_per_token_layer) + " bytes";
+}
+
+} // namespace
+
+caf::expected<transport::storage::store_config>
+deployment_store(const deployment_config& dep) {
+  auto v = read_deployment(dep);
+  if (!v)
+    return v.error();
+  return v->store;
+}
+
 kv_client::kv_client(std::unique_ptr<impl> p) : impl_(std::move(p)) {
   // nop
 }
@@ -285,18 +635,21 @@ kv_client::~kv_client() = default;
 
 caf::expected<std::unique_ptr<kv_client>> kv_client::make(client_config cfg) {
   auto& geo = cfg.geometry;
+  if (cfg.buffer_blocks == 0)
+    return bad_input("buffer_blocks: a node's buffer must hold a block");
+  if (cfg.deployment)
+    return make_deployed(std::move(cfg));
   if (geo.layers == 0 || geo.block_tokens == 0
       || geo.bytes_per_token_layer == 0)
     return bad_input("the KV geometry needs layers, block_tokens and "
                      "bytes_per_token_layer > 0");
-  if (cfg.buffer_blocks == 0)
-    return bad_input("buffer_blocks: a node's buffer must hold a block");
   if (cfg.store_dir.empty())
     return bad_input("store_dir: no block store directory given");
   auto p = std::make_unique<impl>();
   p->cfg = cfg;
-  add_message_types(p->sys_cfg);
-  p->sys = std::make_unique<caf::actor_system>(p->sys_cfg);
+  p->sys_cfg = std::make_unique<caf::actor_system_config>();
+  add_message_types(*p->sys_cfg);
+  p->sys = std::make_unique<caf::actor_system>(*p->sys_cfg);
   auto backend = storage::make_backend(
       storage::backend_config{storage::backend_kind::automatic, 8});
   if (!backend)
@@ -346,6 +699,100 @@ caf::expected<std::unique_ptr<kv_client>> kv_client::make(client_config cfg) {
     (role == engine_role::prefill ? p->pe : p->de) = built->node;
   }
   return std::unique_ptr<kv_client>{new kv_client(std::move(p))};
+}
+
+caf::expected<std::unique_ptr<kv_client>>
+kv_client::make_deployed(client_config cfg) {
+  auto& dep = *cfg.deployment;
+  auto view = read_deployment(dep);
+  if (!view)
+    return view.error();
+  auto& geo = cfg.geometry;
+  auto& want = view->store.geometry;
+  // A geometry left at its defaults is not given (the deployment's).
+  if ((geo.layers != 0 || geo.bytes_per_token_layer != 0)
+      && (geo.layers != want.layers || geo.block_tokens != want.block_tokens
+          || geo.bytes_per_token_layer != want.bytes_per_token_layer))
+    return bad_input("geometry: " + to_text(geo)
+                     + " given, the deployment's KV is " + to_text(want));
+  geo = want;
+  cfg.store_dir = view->store.directory;
+  cfg.model_id = view->store.model_id;
+  cfg.snic_bytes_per_s = view->spec.snic_bytes_per_s;
+  auto p = std::make_unique<impl>();
+  p->dep_settings = std::move(view->settings);
+  p->cluster = std::move(view->cluster);
+  auto& cf = *p->cluster;
+  auto& me = *cf.find(dep.node);
+  p->remote_name = dep.decode_node.empty()
+                       ? cf.names_of(node::node_role::decode).front()
+                       : dep.decode_node;
+  p->remote = remote_phase::joining;
+  p->spec = view->spec;
+  auto& s = p->spec;
+  // The engine's node: a prefill node of the deployment whose DRAM buffer
+  // holds buffer_blocks Full Blocks.
+  s.dram_buffer_bytes = uint64_t{cfg.buffer_blocks} * geo.block_tokens
+                        * cluster::kv_bytes_per_token(s.model);
+  p->cfg = cfg;
+  auto store = node::open_store(p->dep_settings, s, cfg.store_dir);
+  if (!store)
+    return store.error();
+  p->store = std::move(*store);
+  // The bulk transport as every node of the deployment has it
+  // (transport.backend, the cluster's secret), listening on the entry's
+  // bulk_port.
+  auto bopts = node::node_bulk_options(p->dep_settings, cf, me);
+  if (!bopts)
+    return bopts.error();
+  bopts->default_deadline = cfg.default_deadline;
+  auto made = bulk::make_backend(*bopts, nullptr);
+  if (!made)
+    return made.error();
+  std::shared_ptr<bulk::backend> be{std::move(made->chosen)};
+  // The PE path and saves write from this node's buffer into its own
+  // registered pages (and back): its transport reaches itself as a peer.
+  auto own = be->details_for(me.name);
+  if (!own)
+    return own.error();
+  if (auto err = be->connect(me.name, *own))
+    return err;
+  auto sys_cfg = std::make_unique<node::node_system_config>(p->dep_settings, cf,
+                                                            std::cerr);
+  if (sys_cfg->caf_error())
+    return sys_cfg->caf_error();
+  auto security = sys_cfg->security();
+  p->sys_cfg = std::move(sys_cfg);
+  p->sys = std::make_unique<caf::actor_system>(*p->sys_cfg);
+  p->time = emulated_time{p->sys->clock().now(), s.time_scale};
+  auto built = cluster::build_node(*p->sys, s, me.name, engine_role::prefill,
+                                   be, p->store, p->time);
+  if (!built)
+    return built.error();
+  for (auto& k : built->keep_alive)
+    p->keep_alive.push_back(std::move(k));
+  p->pe = built->node;
+  std::unique_ptr<kv_client> out{new kv_client(std::move(p))};
+  auto& d = *out->impl_;
+  auto& sn = cf.scheduler_node();
+  auto sup_hdl =
+      node::connect_actor(*d.sys, security, sn.host, sn.port, dep.patience);
+  if (!sup_hdl)
+    return caf::make_error(caf::sec::runtime_error,
+                           "cannot reach the scheduler node " + sn.name + " at "
+                               + sn.host + ":" + std::to_string(sn.port) + ": "
+                               + render(sup_hdl.error()));
+  d.start_hub(caf::actor_cast<node_supervisor_actor>(*sup_hdl));
+  std::unique_lock<std::mutex> guard{d.mtx};
+  if (!d.cv.wait_for(guard, dep.patience,
+                     [&] { return d.remote == remote_phase::up; }))
+    return caf::make_error(
+        caf::sec::runtime_error,
+        "decode node " + d.remote_name + " of " + cf.path
+            + " did not answer within " + std::to_string(dep.patience.count())
+            + " ms"
+            + (d.remote_why ? ": " + render(d.remote_why) : std::string{}));
+  return out;
 }
 
 const transport::storage::kv_geometry& kv_client::geometry() const {
@@ -452,11 +899,23 @@ caf::expected<uint64_t> kv_client::start_load(load_request req) {
   }
   // The path: the global scheduler's policy over both nodes' read queues
   // (the same function its fetch applies), unless the request forces one.
+  // A deployment's decode node that is not up reads nothing: a forced DE
+  // load fails at once, the others read on the PE side.
   auto mode = d.cfg.reads;
   uint32_t k = n;
   auto bt = d.cfg.geometry.block_tokens;
   auto rate = static_cast<double>(d.cfg.snic_bytes_per_s)
               / static_cast<double>(cluster::kv_bytes_per_token(d.spec.model));
+  caf::error de_down;
+  {
+    std::lock_guard<std::mutex> guard{d.mtx};
+    if (d.remote != remote_phase::embedded && d.remote != remote_phase::up)
+      de_down = d.remote == remote_phase::lost && d.remote_why
+                    ? d.remote_why
+                    : caf::make_error(transport::transport_errc::peer_lost,
+                                      "decode node " + d.remote_name
+                                          + " is not reachable");
+  }
   switch (req.path) {
     case load_path::pe:
       k = n;
@@ -468,8 +927,12 @@ caf::expected<uint64_t> kv_client::start_load(load_request req) {
       mode = scheduler::read_mode::split;
       [[fallthrough]];
     case load_path::automatic:
+      if (de_down) {
+        k = n;
+        break;
+      }
       k = scheduler::plan_reads(mode, d.pe->loads->read_queue().tokens, rate,
-                                d.de->loads->read_queue().tokens, rate, n, bt)
+                                d.de_queue_tokens(), rate, n, bt)
               .pe_side_blocks;
       break;
   }
@@ -480,16 +943,26 @@ caf::expected<uint64_t> kv_client::start_load(load_request req) {
     std::lock_guard<std::mutex> guard{d.mtx};
     op->info.pe_blocks = k;
     op->info.de_blocks = n - k;
+    if (k < n && de_down) {
+      d.fail(op, de_down);
+      op->info.pe_blocks = 0;
+      op->info.de_blocks = 0;
+      k = n = 0; // nothing starts
+    }
     for (uint32_t part : {k, n - k})
       if (part > 0) {
         ++op->reads_pending;
         ++op->outstanding;
       }
+    if (n > k && d.remote_side(side_t::de)) {
+      ++op->remote_pending;
+      ++op->remote_reads;
+    }
     d.maybe_end(op); // nothing to read
   }
-  for (auto side : {d.pe, d.de}) {
-    uint32_t first = side == d.pe ? 0 : k;
-    uint32_t last = side == d.pe ? k : n;
+  for (auto side : {side_t::pe, side_t::de}) {
+    uint32_t first = side == side_t::pe ? 0 : k;
+    uint32_t last = side == side_t::pe ? k : n;
     if (first == last)
       continue;
     read_request rr;
@@ -497,17 +970,36 @@ caf::expected<uint64_t> kv_client::start_load(load_request req) {
     rr.first_block = first;
     rr.blocks.assign(blocks->begin() + first, blocks->begin() + last);
     rr.tokens = (last - first) * bt;
-    d.sys->spawn([&d, op, side, first, blocks, pages,
+    bool remote_part;
+    storage_reader_actor reader;
+    {
+      std::lock_guard<std::mutex> guard{d.mtx};
+      remote_part = d.remote_side(side);
+      reader = d.reader_of(side);
+    }
+    // A local reader always answers: no timeout, so a reply after the
+    // deadline still comes and its leases go back (maybe_end abandons the
+    // read at the deadline). A remote one may be gone: its requester waits
+    // late_reply_window past the deadline, linked to the hub so that the
+    // client's destruction ends it.
+    auto timeout = remote_part
+                       ? caf::duration{std::chrono::duration_cast<milliseconds>(
+                                           op->deadline - clock_type::now())
+                                       + late_reply_window}
+                       : caf::infinite;
+    d.sys->spawn([&d, op, side, first, blocks, pages, reader, timeout,
+                  remote_part,
                   rr = std::move(rr)](caf::event_based_actor* self) mutable {
-      // No timeout on the request: a reply after the deadline still comes,
-      // so its leases go back (maybe_end abandons the read at the deadline).
-      self->request(side->reader, caf::infinite, read_atom_v, std::move(rr))
+      if (remote_part && d.hub)
+        self->link_to(d.hub);
+      self->request(reader, timeout, read_atom_v, std::move(rr))
           .then(
-              [&d, op, side, first, blocks, pages](read_completion& c) {
-                d.on_read(op, side, first, *blocks, *pages, std::move(c));
+              [&d, self, op, side, first, blocks, pages](read_completion& c) {
+                d.on_read(op, side, first, *blocks, *pages, std::move(c), self);
               },
-              [&d, op, side, first, blocks, pages](caf::error& err) {
-                d.on_read(op, side, first, *blocks, *pages, std::move(err));
+              [&d, self, op, side, first, blocks, pages](caf::error& err) {
+                d.on_read(op, side, first, *blocks, *pages, std::move(err),
+                          self);
               });
     });
   }
@@ -556,7 +1048,10 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
     if (!admitted)
       return std::move(admitted.error());
     op = std::move(*admitted);
+    // The reservation counts as a read: abandoned at the deadline if not
+    // answered (maybe_end), its late answer only hands the slots back.
     op->outstanding = n > 0 ? 1 : 0;
+    op->reads_pending = op->outstanding;
     d.maybe_end(op);
   }
   if (n == 0)
@@ -565,6 +1060,12 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
   rr.request_id = op->info.ticket;
   for (uint32_t b = 0; b < n; ++b)
     rr.block_indices.push_back(req.first_block + b);
+  // The reader drops the reservation if it cannot serve it by the deadline
+  // (no slot is taken for a save that gave up).
+  rr.timeout_ns =
+      std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               op->deadline - clock_type::now())
+                               .count());
   // Reserve staging slots in the engine node's buffer, write the pages into
   // them over the transport (one batch), then persist each block.
   d.sys->spawn([&d, op, rr = std::move(rr), hashes = std::move(hashes),
@@ -577,12 +1078,23 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
       d.maybe_end(op);
     };
     // No timeouts on the reader's requests: a persist reads its staging
-    // slot until it replies, so the slot is released only after the reply.
+    // slot until it replies, so the slot is released only after the reply;
+    // a reservation answered after the save ended gives its slots back.
     self->request(d.pe->reader, caf::infinite, reserve_atom_v, rr)
         .then(
             [&d, self, op, end_with, hashes, first, pages](read_completion& c) {
               {
                 std::lock_guard<std::mutex> guard{d.mtx};
+                if (op->phase == op_phase::ended) {
+                  lease_release rel;
+                  for (auto& l : c.leases)
+                    rel.lease_ids.push_back(l.lease_id);
+                  if (!rel.lease_ids.empty())
+                    caf::anon_send(d.pe->reader, release_atom_v,
+                                   std::move(rel));
+                  return;
+                }
+                --op->reads_pending;
                 for (auto& l : c.leases)
                   op->pe_leases.push_back(l.lease_id);
               }
@@ -645,7 +1157,15 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
                 persist(std::move(done.error));
               });
             },
-            [end_with](caf::error& err) { end_with(std::move(err)); });
+            [&d, op, end_with](caf::error& err) {
+              {
+                std::lock_guard<std::mutex> guard{d.mtx};
+                if (op->phase == op_phase::ended)
+                  return; // abandoned at the deadline already
+                --op->reads_pending;
+              }
+              end_with(std::move(err));
+            });
   });
   return op->info.ticket;
 }
@@ -659,8 +1179,12 @@ caf::expected<finished_op> kv_client::wait(uint64_t ticket) {
   auto op = i->second;
   auto ended = [&] { return op->phase == op_phase::ended; };
   if (!d.cv.wait_until(guard, op->deadline, ended)) {
-    d.maybe_end(op); // abandons reads past the deadline
-    d.cv.wait(guard, ended);
+    // Past the deadline: maybe_end abandons reads, and a deployment's
+    // decode node's parts after the grace.
+    while (!ended()) {
+      d.maybe_end(op);
+      d.cv.wait_for(guard, milliseconds{20}, ended);
+    }
   }
   if (op->info.kind == finished_op::kind_t::load)
     d.finish_load_info(op);

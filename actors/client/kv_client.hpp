@@ -5,6 +5,15 @@
 // DRAM buffer and bulk endpoint) and one decode node (the second read path),
 // both built by actors/cluster's build_node over one block store on real
 // files, their bulk transports local backends on one in-process fabric.
+// Or (client_config::deployment) it joins a running deployment: the engine's
+// node is built in this process as a deployment node (its settings, its
+// cluster file's bulk secret and TLS), the decode node is a `dualpath node`
+// process whose reader reads the DE blocks and whose bulk endpoint writes
+// them into the engine's pages over the deployment's transport; the client
+// polls the scheduler node's view and, when the decode node leaves it
+// (killed, stopped, unreachable), fails every load waiting for it at once
+// with transport_errc::peer_lost, reads later loads on the PE path (a forced
+// DE load fails at once) and takes the node back when it returns.
 //
 //  - lookup (scheduler side, async): the longest stored prefix of a prompt,
 //    in Full Blocks; poll its ticket until it answers.
@@ -39,9 +48,14 @@
 // its deadline fails with caf::sec::request_timeout and ends then: the late
 // reads only hand their buffer slots back, nothing lands in the pages after
 // the load was reported. wait_for_layer returns at the deadline at the
-// latest. A save's staging write has the deadline; the save ends when the
-// reader has answered every persist (a persist reads its staging slot until
-// it answers, so the slot is never reused under it).
+// latest. A save's slot reservation has the deadline (the reader drops it
+// unserved then, a late answer hands its slots back), so has its staging
+// write; the save ends when the reader has answered every persist (a
+// persist reads its staging slot until it answers, so the slot is never
+// reused under it). Over a deployment a decode node that stays in the view
+// but does not answer is waited for at most one second past the deadline
+// (its sender fails batches past it and replies) before the load is
+// reported.
 //
 // Failure: bad input (unknown pages, a page index past the registered
 // memory, a ticket not issued, a second registration, tokens and pages that
@@ -75,11 +89,41 @@
 #include "scheduler/path_choice.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/storage/block_format.hpp"
+#include "transport/storage/block_store.hpp"
 #include "transport/types.hpp"
 
 namespace dualpath::actors::client {
 
 using transport::block_hash;
+
+/// The deployment a client joins (docs/deployment.md, docs/integration.md):
+/// the engine's process hosts its own prefill-side node (storage reader,
+/// DRAM buffer, bulk endpoint) as the cluster file's entry `node` names it
+/// (its host and bulk_port; the file's bulk secret and TLS settings); the
+/// second read path is a decode node of the deployment, a separate `dualpath
+/// node` process, reached through the scheduler node's supervisor.
+struct deployment_config {
+  /// The deployment's cluster file.
+  std::string cluster_file;
+  /// This engine's node in it: a prefill entry that no `dualpath node`
+  /// process runs (its bulk_port is the client's listener).
+  std::string node;
+  /// The decode node whose reader is the DE path; "": the file's first.
+  std::string decode_node;
+  /// The deployment's settings, as its nodes were started with them
+  /// (--config FILE and --set KEY=VALUE, in order): the model, block size
+  /// and byte scale give the KV geometry, transport.* the bulk transport.
+  std::optional<std::string> config_file;
+  std::vector<std::string> sets;
+  /// How long make() waits for the scheduler node and the decode node.
+  std::chrono::milliseconds patience{30'000};
+};
+
+/// The block store of a deployment as its nodes open it (directory, model id
+/// and geometry), for an engine that populates or inspects it. Fails naming
+/// the file, key or node that is wrong.
+caf::expected<transport::storage::store_config>
+deployment_store(const deployment_config& dep);
 
 /// What the client is built with.
 struct client_config {
@@ -96,6 +140,12 @@ struct client_config {
   uint64_t snic_bytes_per_s = 50'000'000'000;
   /// Deadline of an operation that names none.
   std::chrono::milliseconds default_deadline{10'000};
+  /// A deployment to join instead of the embedded nodes. Then store_dir,
+  /// model_id and snic_bytes_per_s come from the deployment (its cluster
+  /// file and settings); a geometry given here must be the deployment's
+  /// (else invalid_argument names both); buffer_blocks sizes the engine's
+  /// own node; decode_faults do not apply.
+  std::optional<deployment_config> deployment;
   /// Faults injected into the decode node's bulk transport (drills and
   /// tests: a lost decode node, failing or slow writes on the DE path); the
   /// default injects none.
@@ -229,6 +279,8 @@ public:
 
 private:
   explicit kv_client(std::unique_ptr<impl> p);
+  static caf::expected<std::unique_ptr<kv_client>>
+  make_deployed(client_config cfg);
   std::unique_ptr<impl> impl_;
 };
 

@@ -12,6 +12,7 @@
 #include <caf/io/all.hpp>
 #include <caf/type_id.hpp>
 
+#include "actors/bulk/bulk_endpoint.hpp"
 #include "actors/cluster/bounds.hpp"
 #include "actors/cluster/cluster.hpp"
 #include "actors/cluster/observe_session.hpp"
@@ -66,6 +67,8 @@ deployment_variant(const config::settings& cfg) {
       return m;
   return modes->front();
 }
+
+} // namespace
 
 caf::expected<cluster::cluster_spec>
 deployment_spec(const config::settings& cfg, const cluster_file& cf) {
@@ -128,6 +131,27 @@ open_store(const config::settings& cfg, const cluster::cluster_spec& spec,
     return opened.error();
   return std::shared_ptr<storage::block_store>{std::move(*opened)};
 }
+
+caf::expected<transport::bulk::options>
+node_bulk_options(const config::settings& cfg, const cluster_file& cf,
+                  const node_entry& me) {
+  auto bopts = transport::bulk::options_from(cfg, me.name);
+  if (!bopts)
+    return bopts.error();
+  bopts->secret = cf.bulk_secret;
+  bopts->listen_host = me.host;
+  bopts->listen_port = me.bulk_port;
+  if (!me.rdma_device.empty())
+    bopts->verbs_device = me.rdma_device;
+  if (me.gid_index >= 0)
+    bopts->verbs_gid_index = me.gid_index;
+  if (bopts->backend == "local")
+    return bad_input("transport.backend = local cannot reach other "
+                     "processes: use auto, tcp or verbs");
+  return bopts;
+}
+
+namespace {
 
 // The cluster's emulated time origin on this process's actor clock.
 emulated_time::time_point local_origin(int64_t origin_unix_ns) {
@@ -490,19 +514,9 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
   // The bulk transport (transport.backend: verbs, tcp, or auto = verbs per
   // peer where the handshake succeeds, else tcp), authenticated with the
   // cluster's shared secret.
-  auto bopts = transport::bulk::options_from(cfg, me.name);
+  auto bopts = node_bulk_options(cfg, cf, me);
   if (!bopts)
     return bopts.error();
-  bopts->secret = cf.bulk_secret;
-  bopts->listen_host = me.host;
-  bopts->listen_port = me.bulk_port;
-  if (!me.rdma_device.empty())
-    bopts->verbs_device = me.rdma_device;
-  if (me.gid_index >= 0)
-    bopts->verbs_gid_index = me.gid_index;
-  if (bopts->backend == "local")
-    return bad_input("transport.backend = local cannot reach other "
-                     "processes: use auto, tcp or verbs");
   // Per-peer choices of `auto` (fallbacks to tcp) go to the node's log.
   bopts->notice = [&log, name = me.name](const std::string& what) {
     log << "dualpath node " + name + ": " + what + "\n" << std::flush;
@@ -566,6 +580,8 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
                : caf::expected<std::vector<caf::actor>>{engine.error()};
     caf::scoped_actor self{sys};
     caf::actor agent;
+    auto regions = std::make_shared<region_directory>();
+    bulk_endpoint_actor endpoint;
     if (!engines) {
       result = engines.error();
     } else {
@@ -585,6 +601,13 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
       info.actors.push_back(engines->front());
       info.actor_names.push_back("reader");
       info.actors.push_back(caf::actor_cast<caf::actor>(built->node->reader));
+      // The node's bulk endpoint, writing from its buffer pool: what an
+      // engine's kv_client asks to push a read's blocks into its pages
+      // (actors/client/kv_client.hpp, the DE path of a deployment).
+      regions->add(*built->node->pool_registration);
+      endpoint = spawn_bulk_endpoint(sys, bulk, regions);
+      info.actor_names.push_back("bulk");
+      info.actors.push_back(caf::actor_cast<caf::actor>(endpoint));
       // The agent starts before the join (it is part of the node's entry);
       // it learns the joined view with its first poll.
       agent_state init;
@@ -623,6 +646,9 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
           self->send(sup, leave_atom_v, me.name);
       }
       stop_actor(self, agent);
+      stop_actor(self, caf::actor_cast<caf::actor>(endpoint));
+      if (built->node->pool_registration)
+        regions->remove(built->node->pool_registration->id());
       for (auto i = engines->begin(); i != engines->end(); ++i)
         stop_actor(self, *i);
     }

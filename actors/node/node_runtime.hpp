@@ -23,16 +23,43 @@
 
 #include <atomic>
 #include <iosfwd>
+#include <memory>
 #include <string>
 
 #include <caf/error.hpp>
 #include <caf/expected.hpp>
 
+#include "actors/cluster/cluster.hpp"
 #include "actors/cluster/job.hpp"
 #include "actors/node/cluster_file.hpp"
 #include "config/settings.hpp"
+#include "transport/bulk/backend.hpp"
+
+namespace dualpath::transport::storage {
+class block_store;
+} // namespace dualpath::transport::storage
 
 namespace dualpath::actors::node {
+
+/// The cluster a deployment's nodes build from its settings and cluster
+/// file: the one mode it runs, the node counts of the file. Bad input
+/// (caf::sec::invalid_argument) names the key or the node that does not fit.
+caf::expected<cluster::cluster_spec>
+deployment_spec(const config::settings& cfg, const cluster_file& cluster);
+
+/// Opens (creating) the block store at `dir` with the spec's model id and
+/// geometry and the storage.* settings, as every node of the deployment does.
+caf::expected<std::shared_ptr<transport::storage::block_store>>
+open_store(const config::settings& cfg, const cluster::cluster_spec& spec,
+           const std::string& dir);
+
+/// The bulk transport options of engine node `me`: transport.* of the
+/// settings, the cluster's secret, the entry's listen address, RDMA device
+/// and GID index. transport.backend = local (no other process can reach it)
+/// is bad input.
+caf::expected<transport::bulk::options>
+node_bulk_options(const config::settings& cfg, const cluster_file& cluster,
+                  const node_entry& me);
 
 /// Runs node `name` of `cluster` (see file comment). Progress and warnings go
 /// to `log`. Returns an error when the node cannot start or loses the

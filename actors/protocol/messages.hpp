@@ -479,12 +479,19 @@ typename Inspector::result_type inspect(Inspector& f, lease_release& x) {
 struct reserve_request {
   uint64_t request_id = 0;
   std::vector<uint32_t> block_indices;
+  /// 0: waits for room as long as it takes. Else how long (ns of the
+  /// reader's clock, from its arrival) the requester waits: a reservation
+  /// not served by then is dropped without taking a slot and answered with
+  /// caf::sec::request_timeout, so that a requester that gave up (its
+  /// request timed out, across processes its reply would be lost) leaks
+  /// nothing.
+  int64_t timeout_ns = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, reserve_request& x) {
   return f(caf::meta::type_name("reserve_request"), x.request_id,
-           x.block_indices);
+           x.block_indices, x.timeout_ns);
 }
 
 // -- bulk transport endpoint

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -29,8 +30,11 @@ namespace {
 
 // The reader's full interface: the public one plus the completion message
 // its I/O workers (and its delayed pacing messages) send to it.
+// Internal messages: (done, job id) a job finished; (done) a waiting
+// reservation's timeout passed.
 using reader_impl =
-    storage_reader_actor::extend<caf::reacts_to<done_atom, uint64_t>>;
+    storage_reader_actor::extend<caf::reacts_to<done_atom, uint64_t>,
+                                 caf::reacts_to<done_atom>>;
 
 // One block read or one persisted block. The worker fills `err` and sets
 // nothing else; the actor reads it only after the done message arrived
@@ -98,6 +102,9 @@ struct reader_state {
     reserve_request req;
     caf::typed_response_promise<read_completion> rp;
     bool waited = false; // found too little room when it arrived
+    // When the requester stops waiting (reserve_request::timeout_ns), if
+    // it set a limit.
+    std::optional<caf::actor_clock::time_point> expires;
   };
   std::deque<waiting_reserve> reserves;
   // lease_runs: the places (slots) taken from the pool's capacity by
@@ -343,8 +350,26 @@ void pump_modeled(self_ptr self) {
 // whole of the next one (a reservation is never served in part).
 void serve_reserves(self_ptr self) {
   auto& st = self->state;
+  // Reservations whose requesters stopped waiting are dropped first: served
+  // late, their slots would never come back.
+  auto now = self->clock().now();
+  for (auto i = st.reserves.begin(); i != st.reserves.end();) {
+    if (!i->expires || *i->expires > now) {
+      ++i;
+      continue;
+    }
+    i->rp.deliver(caf::make_error(
+        caf::sec::request_timeout,
+        "reservation of " + std::to_string(i->req.block_indices.size())
+            + " slots for request " + std::to_string(i->req.request_id)
+            + " not served within its timeout"));
+    i = st.reserves.erase(i);
+  }
   while (!st.reserves.empty()) {
-    auto& [req, rp, waited] = st.reserves.front();
+    auto& front = st.reserves.front();
+    auto& req = front.req;
+    auto& rp = front.rp;
+    auto& waited = front.waited;
     auto n = static_cast<uint32_t>(req.block_indices.size());
     auto free_places = st.cfg.lease_runs
                            ? st.cfg.pool->slots() - st.run_places
@@ -667,8 +692,15 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
           return done;
         }
         auto rp = self->make_response_promise<read_completion>();
-        st.reserves.push_back(
-            reader_state::waiting_reserve{std::move(req), rp});
+        reader_state::waiting_reserve w{std::move(req), rp, false, {}};
+        if (w.req.timeout_ns > 0) {
+          auto limit = std::chrono::nanoseconds{w.req.timeout_ns};
+          w.expires = self->clock().now() + limit;
+          // A reservation that still waits then is dropped then, even
+          // when nothing else happens at the reader meanwhile.
+          self->delayed_send(self, limit, done_atom_v);
+        }
+        st.reserves.push_back(std::move(w));
         pump(self);
         return rp;
       },
@@ -769,6 +801,7 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
         return job->batch_promise;
       },
       [self](queue_atom) { return self->state.queue; },
+      [self](done_atom) { pump(self); },
       [self](done_atom, uint64_t id) {
         auto& st = self->state;
         auto i = st.jobs.find(id);

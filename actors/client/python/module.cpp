@@ -8,11 +8,15 @@
 //  - Failures raise dualpath.Error with the rendered caf::error (category,
 //    code and what was wrong); bad input to a call raises before anything
 //    starts.
-//  - wait_for_layer and wait release the GIL while they block.
+//  - wait_for_layer and wait release the GIL while they block, as does
+//    Client.join while it waits for the deployment.
+//  - Client(...) runs the embedded nodes; Client.join(...) joins a running
+//    deployment (kv_client's deployment_config).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <optional>
 
 #include "actors/client/kv_client.hpp"
 #include "actors/protocol/register.hpp"
@@ -151,6 +155,46 @@ PYBIND11_MODULE(dualpath, m) {
            py::arg("bytes_per_token_layer"), py::arg("model_id") = "model",
            py::arg("reads") = "split", py::arg("buffer_blocks") = 64,
            py::arg("deadline_ms") = 10000)
+      .def_static(
+          "join",
+          [](const std::string& cluster_file, const std::string& node,
+             const std::string& decode_node,
+             std::optional<std::string> config_file,
+             std::vector<std::string> sets, const std::string& reads,
+             uint32_t buffer_blocks, int64_t deadline_ms, int64_t patience_ms) {
+            deployment_config dep;
+            dep.cluster_file = cluster_file;
+            dep.node = node;
+            dep.decode_node = decode_node;
+            dep.config_file = std::move(config_file);
+            dep.sets = std::move(sets);
+            dep.patience = ms(patience_ms);
+            client_config cfg;
+            cfg.deployment = std::move(dep);
+            cfg.reads = reads_of(reads);
+            cfg.buffer_blocks = buffer_blocks;
+            cfg.default_deadline = ms(deadline_ms);
+            std::optional<caf::expected<std::unique_ptr<kv_client>>> made;
+            {
+              py::gil_scoped_release nogil; // waits for the deployment
+              made = kv_client::make(std::move(cfg));
+            }
+            return client{value(std::move(*made)), {}};
+          },
+          py::arg("cluster_file"), py::arg("node"), py::arg("decode_node") = "",
+          py::arg("config_file") = py::none(),
+          py::arg("sets") = std::vector<std::string>{},
+          py::arg("reads") = "split", py::arg("buffer_blocks") = 64,
+          py::arg("deadline_ms") = 10000, py::arg("patience_ms") = 30000,
+          "Joins a running deployment (docs/integration.md): this process "
+          "hosts `node` of the cluster file, the DE path reads on its "
+          "decode node.")
+      .def_property_readonly(
+          "layers", [](const client& c) { return c.impl->geometry().layers; })
+      .def_property_readonly("bytes_per_token_layer",
+                             [](const client& c) {
+                               return c.impl->geometry().bytes_per_token_layer;
+                             })
       .def_property_readonly(
           "page_bytes", [](const client& c) { return c.impl->page_bytes(); })
       .def_property_readonly(

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "actors/client/kv_client.hpp"
+#include "tests/actors/client/client_support.hpp"
 #include "tests/support/support.hpp"
 #include "transport/errors.hpp"
 #include "transport/storage/backend.hpp"
@@ -37,9 +38,7 @@ kv_geometry geometry() {
 }
 
 std::vector<uint32_t> prompt(uint32_t blocks, uint32_t salt = 0) {
-  std::vector<uint32_t> t(blocks * block_tokens + 1); // + a partial block
-  std::iota(t.begin(), t.end(), salt * 1000);
-  return t;
+  return test::client_prompt(blocks, block_tokens, salt);
 }
 
 struct env {
@@ -49,7 +48,8 @@ struct env {
 
   explicit env(uint64_t snic_bytes_per_s = 50'000'000'000,
                transport::bulk::fault_plan decode_faults = {},
-               std::vector<std::vector<uint32_t>> stored = {prompt(6)}) {
+               std::vector<std::vector<uint32_t>> stored = {prompt(6)},
+               uint32_t buffer_blocks = 16) {
     // The store exists before the client, as a previous run left it.
     {
       auto be = make_backend(backend_config{});
@@ -63,7 +63,7 @@ struct env {
     cfg.store_dir = dir.path();
     cfg.model_id = "m";
     cfg.geometry = geometry();
-    cfg.buffer_blocks = 16;
+    cfg.buffer_blocks = buffer_blocks;
     cfg.snic_bytes_per_s = snic_bytes_per_s;
     cfg.decode_faults = decode_faults;
     auto c = kv_client::make(cfg);
@@ -78,15 +78,7 @@ struct env {
   }
 
   prefix_hit lookup(const std::vector<uint32_t>& tokens) {
-    auto t = client->lookup(tokens);
-    for (;;) {
-      auto r = client->lookup_result(t);
-      if (r) {
-        REQUIRE(*r);
-        return std::move(**r);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds{1});
-    }
+    return test::lookup_hit(*client, tokens);
   }
 
   // A load of the stored prompt's six blocks into pages 0..5.
@@ -199,19 +191,10 @@ TEST_CASE("a block damaged in storage is a per-block load error") {
   env e;
   auto hit = e.lookup(prompt(6));
   REQUIRE(hit.blocks.size() == 6);
-  {
-    // Flip bytes of layer 1 of block 2 in its real file.
-    std::fstream f{e.client->block_file(hit.blocks[2]),
-                   std::ios::in | std::ios::out | std::ios::binary};
-    REQUIRE(f);
-    auto at = static_cast<std::streamoff>(geometry().layer_offset(1) + 5);
-    f.seekg(at);
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x5a);
-    f.seekp(at);
-    f.write(&c, 1);
-  }
+  // Flip a byte of layer 1 of block 2 in its real file.
+  test::flip_byte(e.client->block_file(hit.blocks[2]),
+                  static_cast<std::streamoff>(geometry().layer_offset(1) + 5),
+                  0x5a);
   for (auto path : {load_path::pe, load_path::de}) {
     CAPTURE(to_string(path));
     load_request r;
@@ -304,6 +287,43 @@ TEST_CASE("a failed load is reported only once nothing of it still writes") {
   CHECK(std::chrono::steady_clock::now() - t0
         >= std::chrono::milliseconds{300});
   CHECK(e.client->finished().size() == 1);
+}
+
+TEST_CASE("a save whose staging slots are not free by its deadline ends "
+          "then and takes none") {
+  // A six-slot buffer, its slots held by a slow PE load (2 KiB/s: ~0.4 s
+  // per block) well past the save's 200 ms deadline.
+  env e{2048, {}, {prompt(6)}, 6};
+  auto r = e.six_blocks(load_path::pe, std::chrono::milliseconds{1000});
+  auto lt = e.client->start_load(r);
+  REQUIRE(lt);
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  auto tokens = prompt(8);
+  save_request s;
+  s.tokens = tokens;
+  s.first_block = 6;
+  s.pages = {10, 11};
+  s.deadline = std::chrono::milliseconds{200};
+  auto t0 = std::chrono::steady_clock::now();
+  auto st = e.client->start_save(s);
+  REQUIRE(st);
+  auto done = e.client->wait(*st);
+  auto waited = std::chrono::steady_clock::now() - t0;
+  REQUIRE(done);
+  CHECK(done->error == caf::sec::request_timeout);
+  CHECK(waited >= std::chrono::milliseconds{200});
+  CHECK(waited < std::chrono::milliseconds{1000}); // not when slots free up
+  CHECK(e.client->wait(*lt)); // the slow load ends (its deadline)
+  e.client->finished();
+  // Every slot came back: a load that needs the whole buffer succeeds once
+  // the slow reads are through.
+  auto full = e.six_blocks(load_path::pe, std::chrono::milliseconds{8000});
+  auto ft = e.client->start_load(full);
+  REQUIRE(ft);
+  auto fd = e.client->wait(*ft);
+  REQUIRE(fd);
+  CHECK(!fd->error);
+  CHECK(fd->blocks_ok == 6);
 }
 
 TEST_CASE("bad input is refused naming what was wrong") {

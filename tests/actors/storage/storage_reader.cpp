@@ -248,6 +248,52 @@ TEST_CASE("the buffer budget holds while the queue is longer than it") {
                });
 }
 
+TEST_CASE("a reservation not served within its timeout takes no slot") {
+  env e{kv_geometry{4, 8, 100}};
+  caf::actor_system_config cfg;
+  caf::actor_system sys{with_types(cfg)};
+  auto pool = e.pool(2);
+  storage_reader_config rc;
+  rc.node = "n0";
+  rc.store = e.store;
+  rc.pool = pool;
+  rc.io_threads = 1;
+  auto reader = spawn_storage_reader(sys, rc);
+  REQUIRE(reader);
+  caf::scoped_actor self{sys};
+  auto reserve = [&](reserve_request rq) {
+    caf::expected<read_completion> out{read_completion{}};
+    self->request(*reader, caf::infinite, reserve_atom_v, std::move(rq))
+        .receive([&](read_completion& c) { out = std::move(c); },
+                 [&](caf::error& err) { out = std::move(err); });
+    return out;
+  };
+  // A reservation with a timeout that can be served is served.
+  auto held = reserve(reserve_request{1, {0, 1}, 1'000'000'000});
+  REQUIRE(held);
+  REQUIRE_EQ(held->leases.size(), 2u);
+  CHECK_EQ(pool->in_use(), 2u);
+  // The pool is full: one with a 200 ms timeout is answered with
+  // request_timeout then, although nothing else happens at the reader.
+  auto t0 = std::chrono::steady_clock::now();
+  auto late = reserve(reserve_request{2, {0}, 200'000'000});
+  auto waited = std::chrono::steady_clock::now() - t0;
+  REQUIRE_FALSE(late);
+  CHECK(late.error() == caf::sec::request_timeout);
+  CHECK(waited >= milliseconds{200});
+  CHECK(waited < seconds{2});
+  // Released slots do not go to the dropped reservation: the whole pool
+  // is free for the next one.
+  for (auto& l : held->leases)
+    self->send(*reader, release_atom_v, l.lease_id);
+  auto next = reserve(reserve_request{3, {0, 1}, 0});
+  REQUIRE(next);
+  CHECK_EQ(next->leases.size(), 2u);
+  CHECK_EQ(pool->in_use(), 2u);
+  for (auto& l : next->leases)
+    self->send(*reader, release_atom_v, l.lease_id);
+}
+
 TEST_CASE("persistence writes blocks, from a region or generated") {
   env e{kv_geometry{4, 8, 100}, 1, 2};
   caf::actor_system_config cfg;

@@ -72,6 +72,8 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else prin
 spread() { sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%s..%s", lo, hi}'; }
 port=18600
 perftest_gbps() { # size -> GB/s of one ib_write_bw run of $bytes
+  # (nothing for a run that failed or reported 0.00 Gb/s, as a loaded guest
+  # sometimes does: such a run is left out, and runs= below says so)
   # The same depth as bench_verbs: about 16 MiB (at least 4 writes) posted.
   local size=$1 p=$((port++)) depth=$(( 16777216 / $1 )) iters=$(( bytes / $1 ))
   [ "$depth" -lt 4 ] && depth=4
@@ -81,7 +83,7 @@ perftest_gbps() { # size -> GB/s of one ib_write_bw run of $bytes
   sleep 1
   timeout 600 ib_write_bw -d "$tx" -x "$gid" -s "$size" -n "$iters" -t "$depth" -F -p "$p" \
       --report_gbits "$rx_ip" 2>/dev/null |
-    awk -v s="$size" '$1 == s {printf "%.5f\n", $4 / 8}' || true
+    awk -v s="$size" '$1 == s && $4 > 0 {printf "%.5f\n", $4 / 8}' || true
   wait "$srv" 2>/dev/null || true
 }
 declare -A ours theirs

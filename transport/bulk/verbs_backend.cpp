@@ -122,6 +122,9 @@ caf::error verbs_backend::start() {
   wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (auto err = verbs::scall("eventfd", wake_fd_.get()))
     return err;
+  poll_wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (auto err = verbs::scall("eventfd", poll_wake_fd_.get()))
+    return err;
   poller_ = std::thread{[this] { poll_loop(); }};
   side_ = std::thread{[this] { side_loop(); }};
   connector_ = std::thread{[this] { connector_loop(); }};
@@ -137,6 +140,7 @@ verbs_backend::~verbs_backend() {
     stop_ = true;
   }
   cv_.notify_all();
+  jobs_cv_.notify_all();
   wake();
   if (connector_.joinable())
     connector_.join();
@@ -158,6 +162,7 @@ verbs_backend::~verbs_backend() {
     out_.clear();
     in_.clear();
   }
+  wake_poller();
   if (poller_.joinable())
     poller_.join();
   deliver(done);
@@ -278,6 +283,14 @@ void verbs_backend::post(batch b, completion_sink sink) {
   for (auto s : pb.sources)
     ++mrs_[s].uses;
   ++o.batches;
+  // The poller sleeps until the earliest deadline it knows: an earlier one
+  // wakes it (the first batch after an idle spell; rarely any other).
+  bool earlier = false;
+  if (auto at = pb.b.deadline.time_since_epoch().count();
+      at < next_deadline_scan_.load()) {
+    next_deadline_scan_ = at;
+    earlier = true;
+  }
   if (o.state == link_state::connected) {
     admit(o, pb, done);
   } else {
@@ -286,6 +299,8 @@ void verbs_backend::post(batch b, completion_sink sink) {
       start_attempt(o);
   }
   guard.unlock();
+  if (earlier)
+    wake_poller();
   deliver(done);
 }
 
@@ -444,16 +459,21 @@ void verbs_backend::release(uint64_t id) {
   if (i->second.state == batch_state::posted
       || i->second.state == batch_state::expired)
     --inflight_;
+  // Only a deregistration waiting for its region's last use is woken: a
+  // notification per batch would wake every waiter on cv_ per completion.
+  bool drained = false;
   for (auto s : i->second.sources) {
     auto m = mrs_.find(s);
-    if (m != mrs_.end() && m->second.uses > 0)
-      --m->second.uses;
+    if (m != mrs_.end() && m->second.uses > 0 && --m->second.uses == 0
+        && m->second.removing)
+      drained = true;
   }
   auto o = out_.find(i->second.peer);
   if (o != out_.end() && o->second.batches > 0)
     --o->second.batches;
   batches_.erase(i);
-  cv_.notify_all();
+  if (drained)
+    cv_.notify_all();
 }
 
 void verbs_backend::break_outgoing(outgoing& o, transport_errc code,
@@ -505,6 +525,12 @@ void verbs_backend::wake() {
   // A full eventfd counter still wakes the reader: nothing to handle.
   static_cast<void>(verbs::scall("write(eventfd)",
                                  ::write(wake_fd_.get(), &one, sizeof(one))));
+}
+
+void verbs_backend::wake_poller() {
+  uint64_t one = 1;
+  static_cast<void>(verbs::scall(
+      "write(eventfd)", ::write(poll_wake_fd_.get(), &one, sizeof(one))));
 }
 
 void verbs_backend::drop_incoming(uint64_t conn) {
@@ -587,8 +613,10 @@ void verbs_backend::drop_peer(const std::string& peer) {
       break_outgoing(i->second, transport_errc::peer_lost, "dropped " + peer,
                      done);
       // Forgets the address (connect() again to reach it); a handshake in
-      // flight finds no entry when it ends and is discarded.
+      // flight finds no entry when it ends and is discarded, and a
+      // connect() waiting for it returns.
       out_.erase(i);
+      cv_.notify_all();
     }
     std::vector<uint64_t> gone;
     for (auto& [conn, in] : in_)

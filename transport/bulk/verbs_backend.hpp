@@ -269,6 +269,7 @@ private:
   void on_side_frame(uint64_t conn, verbs::frame f);
   void on_side_lost(uint64_t conn, bool sender, const caf::error& why);
   void wake();
+  void wake_poller();
 
   // verbs_completion.cpp: the poller thread.
   void poll_loop();
@@ -285,10 +286,15 @@ private:
   verbs::channel_ptr channel_;
   verbs::cq_ptr cq_;
   verbs::listener listener_;
-  verbs::unique_fd wake_fd_; ///< eventfd waking the side-channel thread
-  std::string address_;      ///< host:port of listener_
-  mutable std::mutex mtx_;   // guards everything below
+  verbs::unique_fd wake_fd_;      ///< eventfd waking the side-channel thread
+  verbs::unique_fd poll_wake_fd_; ///< eventfd waking the poller thread
+  std::string address_;           ///< host:port of listener_
+  mutable std::mutex mtx_;        // guards everything below
+  /// connect() waiting for its attempt, deregister() for a region's last
+  /// use: notified when those change, not on every completion.
   std::condition_variable cv_;
+  /// The connector thread waiting for connect_jobs_ (or stop_).
+  std::condition_variable jobs_cv_;
   int cq_capacity_ = 0;
   int cq_used_ = 0;
   std::unordered_map<uint32_t, local_mr> mrs_;
@@ -302,7 +308,9 @@ private:
   uint64_t next_conn_ = 1;
   uint64_t next_attempt_ = 1;
   counters stats_;
-  /// When check_deadlines() has something to do next (clock ticks).
+  /// When check_deadlines() has something to do next (clock ticks): the
+  /// poller sleeps until then at most (and a post with an earlier deadline
+  /// lowers it and wakes the poller), so an idle backend does not tick.
   std::atomic<int64_t> next_deadline_scan_{0};
   /// Batches on a queue pair (posted or expired): the poller spins then.
   std::atomic<uint64_t> inflight_{0};

@@ -25,6 +25,10 @@ constexpr uint64_t recv_bit = uint64_t{1} << 63;
 constexpr uint64_t fence_bit = uint64_t{1} << 62;
 constexpr uint64_t class_bit = uint64_t{1} << 61;
 constexpr int poll_batch = 64;
+/// A spinning poller looks at its clock, channel and deadlines this often.
+constexpr uint64_t check_every = 64;
+/// The longest the poller sleeps without an event or a deadline.
+constexpr std::chrono::milliseconds max_sleep{1000};
 
 transport_errc code_of(ibv_wc_status s) {
   switch (s) {
@@ -66,16 +70,42 @@ void verbs_backend::poll_loop() {
   // While batches are on the wire and completions keep coming (within
   // spin_window), the poller spins on the CQ (as perftest does) instead of
   // sleeping on the completion channel: each sleep costs a wake-up and two
-  // system calls per completion. Otherwise it sleeps up to 10 ms.
+  // system calls per completion. Otherwise it sleeps on the channel, the
+  // async events and its eventfd until the next deadline (max_sleep at
+  // most): an idle backend does not wake up. A spinning round is one
+  // ibv_poll_cq and nothing else: the clock, the channel, the async events
+  // and the deadlines are looked at every check_every rounds (and after
+  // completions), since a clock read or a system call per round costs more
+  // than the poll (under emulation the clock is an emulated HPET read) and
+  // takes CPU from the device's own work.
   auto last_completion = clock_type::now();
+  auto now = last_completion;
+  bool spin = false;
   for (uint64_t round = 0; !stop_; ++round) {
-    bool spin = inflight_.load() > 0
-                && clock_type::now() - last_completion < spin_window;
     done_list done;
     std::vector<incoming_immediate> imms;
-    if (!spin || round % 64 == 0) {
-      pollfd fds[2] = {{channel_->fd, POLLIN, 0}, {ctx->async_fd, POLLIN, 0}};
-      int n = ::poll(fds, 2, spin ? 0 : 10);
+    bool check = !spin || round % check_every == 0;
+    if (check) {
+      now = clock_type::now();
+      spin = inflight_.load() > 0 && now - last_completion < spin_window;
+      pollfd fds[3] = {{channel_->fd, POLLIN, 0},
+                       {ctx->async_fd, POLLIN, 0},
+                       {poll_wake_fd_.get(), POLLIN, 0}};
+      int timeout = 0;
+      if (!spin) {
+        // Until the next deadline (a post with an earlier one wakes us), at
+        // most max_sleep as a safety net: an idle backend does not tick.
+        auto until = clock_type::time_point{
+            clock_type::duration{next_deadline_scan_.load()}};
+        auto ms = std::chrono::ceil<std::chrono::milliseconds>(until - now);
+        timeout = static_cast<int>(
+            std::clamp<int64_t>(ms.count(), 0, max_sleep.count()));
+      }
+      int n = ::poll(fds, 3, timeout);
+      if (n > 0 && (fds[2].revents & POLLIN)) {
+        uint64_t x = 0;
+        static_cast<void>(::read(poll_wake_fd_.get(), &x, sizeof(x)));
+      }
       if (n > 0 && (fds[0].revents & POLLIN)) {
         ibv_cq* ev_cq = nullptr;
         void* ev_ctx = nullptr;
@@ -123,10 +153,12 @@ void verbs_backend::poll_loop() {
       if (n < poll_batch)
         break;
     }
-    auto now = clock_type::now();
+    if (got > 0 || (check && !spin))
+      now = clock_type::now(); // after a sleep or the completions' work
     if (got > 0)
       last_completion = now;
-    if (now.time_since_epoch().count() >= next_deadline_scan_.load()) {
+    if ((check || got > 0)
+        && now.time_since_epoch().count() >= next_deadline_scan_.load()) {
       std::lock_guard<std::mutex> guard{mtx_};
       check_deadlines(done);
     }
@@ -137,8 +169,8 @@ void verbs_backend::poll_loop() {
         if (handler_)
           handler_(x);
     }
-    if (spin && got == 0)
-      std::this_thread::yield();
+    if (spin && got == 0 && check)
+      std::this_thread::yield(); // to the device's work on this core
   }
 }
 
@@ -268,9 +300,9 @@ void verbs_backend::post_fence(outgoing& o, size_t c, done_list& done) {
 
 void verbs_backend::check_deadlines(done_list& done) {
   // One scan finds what is due and when the next batch will be: until then
-  // (or 10 ms, since posts add batches) completions do not scan again.
+  // (a post with an earlier deadline moves it) nothing scans again.
   auto now = clock_type::now();
-  auto next = now + std::chrono::milliseconds{10};
+  auto next = now + max_sleep;
   std::vector<uint64_t> due;
   for (auto& [id, pb] : batches_) {
     auto at = pb.state == batch_state::expired

@@ -132,13 +132,14 @@ void verbs_backend::start_attempt(outgoing& o) {
   o.state = link_state::connecting;
   o.attempt = next_attempt_++; // unique: a stale attempt never matches
   connect_jobs_.emplace_back(o.peer, o.attempt);
-  cv_.notify_all();
+  jobs_cv_.notify_one();
+  cv_.notify_all(); // a connect() waiting for a superseded attempt
 }
 
 void verbs_backend::connector_loop() {
   std::unique_lock<std::mutex> guard{mtx_};
   for (;;) {
-    cv_.wait(guard, [&] { return stop_ || !connect_jobs_.empty(); });
+    jobs_cv_.wait(guard, [&] { return stop_ || !connect_jobs_.empty(); });
     if (stop_)
       return;
     auto [peer, attempt] = connect_jobs_.front();

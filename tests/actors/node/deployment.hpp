@@ -185,6 +185,10 @@ public:
       n->signal(SIGTERM);
     for (auto& n : nodes_)
       n->wait_for(std::chrono::seconds(10));
+    // In the sanitizer builds a node's report (a race, a memory error)
+    // reaches only its stderr: a test fails on it.
+    for (auto& n : nodes_)
+      CHECK_MESSAGE(n->err().find("Sanitizer") == std::string::npos, n->err());
   }
 
   background_process& node(size_t i) {

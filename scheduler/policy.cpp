@@ -1,6 +1,7 @@
 #include "scheduler/policy.hpp"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "config/enum_names.hpp"
 #include "scheduler/pe_selection.hpp"
@@ -22,6 +23,22 @@ void commit_reads(cluster_state& st, uint32_t pe, uint32_t group,
   st.nodes[st.prefill[pe].node].read_q += t * s.pe_side_blocks;
   st.prefill[pe].read_q = st.nodes[st.prefill[pe].node].read_q;
   st.nodes[st.decode_groups[group].node].read_q += t * s.de_side_blocks();
+}
+
+void order_placed_fifo(fetch_result& out) {
+  // Rank of a request in this call's assignments; earlier calls' first.
+  std::unordered_map<uint64_t, size_t> rank;
+  rank.reserve(out.assigned.size());
+  for (size_t i = 0; i < out.assigned.size(); ++i)
+    rank.emplace(out.assigned[i].request.id, i + 1);
+  auto key = [&](const de_placement& p) {
+    auto i = rank.find(p.request_id);
+    return i == rank.end() ? size_t{0} : i->second;
+  };
+  std::stable_sort(out.placed.begin(), out.placed.end(),
+                   [&](const de_placement& a, const de_placement& b) {
+                     return key(a) < key(b);
+                   });
 }
 
 fetch_decision commit_assignment(cluster_state& st, const request_info& r,
@@ -61,6 +78,7 @@ dualpath_policy::fetch(cluster_state& st, std::deque<request_info>& waiting,
     auto p = place_in_group(st, g, cfg_.de_headroom);
     out.placed.insert(out.placed.end(), p.begin(), p.end());
   }
+  order_placed_fifo(out);
   return out;
 }
 

@@ -80,7 +80,11 @@ struct fetch_decision {
 /// What one fetch did.
 struct fetch_result {
   std::vector<fetch_decision> assigned; ///< FIFO order.
-  std::vector<de_placement> placed;     ///< Decode placements made now.
+  /// Decode placements made now, in FIFO order: requests assigned by earlier
+  /// calls first, then this call's in the order of `assigned` (whatever
+  /// group each went to). Engines start a request's reads in the order they
+  /// receive it, so this order is the order the prefill node reads in.
+  std::vector<de_placement> placed;
 };
 
 /// A placement policy (see the contract above).
@@ -124,6 +128,11 @@ std::unique_ptr<placement_policy> make_policy(const policy_config& cfg);
 /// group's node += DE-side tokens. Shared by the policies.
 void commit_reads(cluster_state& st, uint32_t pe, uint32_t group,
                   const request_info& r, const read_split& s);
+
+/// Orders out.placed as fetch_result documents (stable: placements of
+/// earlier assignments keep their relative order). Shared by the policies,
+/// which place group by group.
+void order_placed_fifo(fetch_result& out);
 
 /// Assigns `r` to prefill engine `pe` and decode group `group`: its reads
 /// split by `reads` over the two nodes' queues (plan_reads), then the

@@ -42,6 +42,7 @@ round_robin_policy::fetch(cluster_state& st, std::deque<request_info>& waiting,
     auto p = place(st, g);
     out.placed.insert(out.placed.end(), p.begin(), p.end());
   }
+  order_placed_fifo(out);
   return out;
 }
 

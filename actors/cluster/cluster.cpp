@@ -626,9 +626,11 @@ spawn_node_engine(caf::actor_system& sys, const cluster_spec& spec,
   for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
     bool enrolled = false;
     auto id = ec.id_of(g);
-    auto pending =
-        self->request(scheduler, std::chrono::seconds(10), enroll_atom_v,
-                      engine_registration{id, ec.group, hdl});
+    auto pending = self->request(
+        scheduler, std::chrono::seconds(10), enroll_atom_v,
+        engine_registration{id, ec.group, hdl,
+                            node->role == engine_role::decode ? ec.hbm_kv_bytes
+                                                              : 0});
     sim::settle(sys); // simulated time: the scheduler answers now
     pending.receive([&](bool ok) { enrolled = ok; },
                     [&](caf::error&) { enrolled = false; });

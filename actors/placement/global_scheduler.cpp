@@ -504,6 +504,15 @@ caf::expected<scheduler_actor> spawn_scheduler(caf::actor_system& sys,
               total += r.prompt_tokens;
             grp.total_tokens = total;
           }
+          // A decode engine's KV budget counts from now (with nothing
+          // dispatched there; otherwise its reports keep it) and its
+          // group's pending requests may go there at once.
+          if (reg.engine.role == engine_role::decode && s.de_seq[k] == 0) {
+            s.st.decode[k].free_hbm_bytes = reg.free_hbm_bytes;
+            scheduler::fetch_result res;
+            res.placed = s.policy->place(s.st, s.cfg.decode[k].group);
+            apply(self, res, -1);
+          }
           emit_event(self, "engine_enrolled", 0, reg.engine.node);
           return true;
         },

@@ -100,10 +100,10 @@ struct fixture {
       self->send_exit(e, caf::exit_reason::user_shutdown);
   }
 
-  void enroll(const engine_id& id, caf::actor hdl) {
+  void enroll(const engine_id& id, caf::actor hdl, uint64_t free_hbm = 0) {
     bool ok = false;
     self->request(sched, timeout, enroll_atom_v,
-                  engine_registration{id, 0, hdl})
+                  engine_registration{id, 0, hdl, free_hbm})
         .receive([&](bool x) { ok = x; },
                  [&](caf::error& err) { FAIL(sys.render(err)); });
     REQUIRE(ok);
@@ -145,6 +145,26 @@ struct fixture {
     FAIL("request " << id << " was never placed");
     return {};
   }
+
+  // Polls both groups' fetches and the pushes (each assignment once) until
+  // some arrive or `tries` rounds of 5 ms pass.
+  std::vector<assignment> take_assigned(int tries = 200) {
+    std::vector<assignment> got;
+    for (int i = 0; i < tries && got.empty(); ++i) {
+      for (uint32_t g = 0; g < 2; ++g)
+        for (auto& a : fetch(g).items)
+          got.push_back(a);
+      {
+        std::lock_guard<std::mutex> guard{pushed->mtx};
+        for (; taken < pushed->items.size(); ++taken)
+          got.push_back(pushed->items[taken]);
+      }
+      if (got.empty())
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return got;
+  }
+  size_t taken = 0; // pushes take_assigned() returned
 
   void report_decode(uint64_t free_hbm) {
     group_report rep;
@@ -340,22 +360,9 @@ TEST_CASE_FIXTURE(fixture, "decode load counts dispatched requests reports "
   report_decode(1ull << 40);
   auto client = sys.spawn([](caf::event_based_actor*) {});
   std::map<uint32_t, int> per_engine;
-  size_t seen = 0;
   for (uint64_t id = 1; id <= 4; ++id) {
     caf::anon_send(sched, submit_atom_v, make_request(id));
-    std::vector<assignment> got;
-    for (int i = 0; i < 200 && got.empty(); ++i) {
-      for (uint32_t g = 0; g < 2; ++g)
-        for (auto& a : fetch(g).items)
-          got.push_back(a);
-      {
-        std::lock_guard<std::mutex> guard{pushed->mtx};
-        for (; seen < pushed->items.size(); ++seen)
-          got.push_back(pushed->items[seen]);
-      }
-      if (got.empty())
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    auto got = take_assigned();
     REQUIRE_EQ(got.size(), 1u);
     CHECK_EQ(got[0].request.id, id);
     ++per_engine[got[0].decode.rank];
@@ -364,6 +371,22 @@ TEST_CASE_FIXTURE(fixture, "decode load counts dispatched requests reports "
   CHECK_EQ(per_engine[0], 2);
   CHECK_EQ(per_engine[1], 2);
   self->send_exit(client, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE_FIXTURE(fixture, "a decode engine's enrolled KV budget places "
+                           "requests before its first report") {
+  // The fixture's decode engines enrolled with no budget and never
+  // reported: they count as full, and nothing is placed.
+  caf::anon_send(sched, submit_atom_v, make_request(1));
+  CHECK(take_assigned(20).empty());
+  // One decode engine enrolls again (its node restarted) saying how much KV
+  // it can take: the pending request goes there at once, still with no
+  // report from any decode engine.
+  enroll(des[1], engines[pes.size() + 1], 1ull << 40);
+  auto placed = take_assigned();
+  REQUIRE_EQ(placed.size(), 1u);
+  CHECK_EQ(placed[0].request.id, 1u);
+  CHECK_EQ(placed[0].decode.rank, 1u);
 }
 
 TEST_CASE_FIXTURE(fixture, "a failed attempt is re-queued; too many fail the "

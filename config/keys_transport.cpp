@@ -48,13 +48,15 @@ void add_transport(std::vector<key_spec>& out) {
   s.string("tcp_listen", "127.0.0.1:0",
            "host:port the tcp backend listens on (port 0: any free port).");
   s.choice("tcp_kv_sched", "idle", {"idle", "batch", "normal"},
-           "CPU scheduling of the tcp backend's kv sender and receive threads: "
-           "idle (SCHED_IDLE, only time no other thread wants), batch "
+           "CPU scheduling of the node's KV threads (the tcp backend's kv "
+           "sender and receive threads, the storage readers' I/O threads and "
+           "the host GPU streams' copy threads, with any backend): idle "
+           "(SCHED_IDLE, only time no other thread wants), batch "
            "(SCHED_BATCH at tcp_kv_nice) or normal (at tcp_kv_nice), so "
            "control threads run first on a busy host.");
-  s.integer(
-      "tcp_kv_nice", 10, "", range::between(-20, 19),
-      "Niceness of the tcp kv threads when tcp_kv_sched is batch or normal.");
+  s.integer("tcp_kv_nice", 10, "", range::between(-20, 19),
+            "Niceness of the node's KV threads when tcp_kv_sched is batch or "
+            "normal.");
   s.integer("tcp_control_nice", 0, "", range::between(-20, 19),
             "Niceness of the tcp control threads; 0 leaves it; below 0 needs "
             "CAP_SYS_NICE.");

@@ -138,6 +138,11 @@ struct device_options {
   uint64_t pool_grain = uint64_t{64} << 20;
   /// The batch copy API: probed, or off.
   batch_copy_use batch_copy = batch_copy_use::probe;
+  /// Host backend only: runs first on each stream's worker thread (the
+  /// thread that copies and checksums the KV), e.g. to name it and put it
+  /// below the threads that carry control messages; an error fails the
+  /// stream's creation with it. Empty: the thread is left as started.
+  std::function<caf::error()> thread_start;
 };
 
 /// One copy: `length` bytes from offset `src_offset` of the source to offset

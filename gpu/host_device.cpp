@@ -19,6 +19,7 @@
 #include <deque>
 #include <functional>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -37,7 +38,27 @@ constexpr size_t host_alignment = 256; // cudaMalloc's guarantee
 /// One stream: a FIFO of tasks run by one worker thread.
 class host_stream {
 public:
-  host_stream() : worker_([this] { run(); }) {
+  /// Starts the worker, which runs `on_start` (when set) first; a failed
+  /// hook leaves it stopped and start_error() names why.
+  explicit host_stream(const std::function<caf::error()>& on_start) {
+    std::promise<caf::error> started;
+    auto ready = started.get_future();
+    worker_ = std::thread{[this, &on_start, &started] {
+      auto err = on_start ? on_start() : caf::error{};
+      bool ok = !err;
+      if (!ok) {
+        std::lock_guard<std::mutex> guard{mtx_};
+        stopping_ = true;
+      }
+      started.set_value(std::move(err)); // both references end here
+      if (ok)
+        run();
+    }};
+    start_error_ = ready.get();
+  }
+
+  const caf::error& start_error() const {
+    return start_error_;
   }
 
   ~host_stream() {
@@ -87,6 +108,7 @@ private:
   std::deque<std::function<void()>> tasks_;
   size_t pending_ = 0;
   bool stopping_ = false;
+  caf::error start_error_;
   std::thread worker_; // last: starts after the members above exist
 };
 
@@ -104,7 +126,9 @@ using host_event = std::shared_ptr<host_event_state>;
 class host_device final : public device {
 public:
   host_device(uint64_t budget, std::byte* guard, const device_options& opts)
-      : device(budget, opts, guard == nullptr), guard_(guard) {
+      : device(budget, opts, guard == nullptr),
+        guard_(guard),
+        thread_start_(opts.thread_start) {
     caps_.kind = backend_kind::host;
     caps_.name = guard_ ? "host accounting (no memory)" : "host memory";
     caps_.real_device = false;
@@ -160,7 +184,12 @@ protected:
   }
 
   caf::expected<void*> do_make_stream() override {
-    return static_cast<void*>(new host_stream);
+    auto s = std::make_unique<host_stream>(thread_start_);
+    if (s->start_error())
+      return caf::make_error(gpu_errc::system_error,
+                             "host stream thread: "
+                                 + caf::to_string(s->start_error()));
+    return static_cast<void*>(s.release());
   }
 
   void do_destroy_stream(void* handle) noexcept override {
@@ -310,6 +339,7 @@ private:
 
   device_capabilities caps_;
   std::byte* guard_; // the one page unbacked buffers point at, or null
+  std::function<caf::error()> thread_start_; // device_options::thread_start
 };
 
 } // namespace

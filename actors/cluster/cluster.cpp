@@ -14,6 +14,7 @@
 #include "scheduler/thresholds.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/bulk/modeled_backend.hpp"
+#include "transport/bulk/tcp_class_policy.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/buffer_pool.hpp"
 
@@ -64,6 +65,21 @@ caf::expected<gpu::efficiency_curve> parse_curve(const std::string& text) {
   return c;
 }
 
+} // namespace
+
+std::function<caf::error()> kv_thread_start(const cluster_spec& spec,
+                                            const char* name) {
+  transport::bulk::options opts;
+  opts.tcp_kv_sched = spec.kv_thread_sched;
+  opts.tcp_kv_nice = spec.kv_thread_nice;
+  return [opts, name] {
+    return transport::bulk::apply_thread_policy(
+        opts, transport::traffic_class::kv, name);
+  };
+}
+
+namespace {
+
 // The device of engine `id` and its CUDA ordinal (-1: host). A modeled data
 // plane copies nothing: HBM is only counted. Otherwise the engine's whole
 // budget is reserved as one pool slab at once (one region to register for
@@ -76,6 +92,7 @@ engine_device(const cluster_spec& spec, const engine_id& id,
   dopts.hbm_budget = std::max<uint64_t>(
       real_bytes(hbm_kv_bytes(spec, id.role), spec.byte_scale), 1);
   dopts.backed = spec.plane == data_plane::real;
+  dopts.thread_start = kv_thread_start(spec, "dp-kv-gpu");
   int ordinal = -1;
   if (spec.plane == data_plane::real) {
     dopts.pool_reserve = dopts.hbm_budget;
@@ -262,6 +279,12 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
       static_cast<uint32_t>(cfg.integer("storage.io_threads"));
   s.reader_queue_depth =
       static_cast<uint32_t>(cfg.integer("storage.queue_depth"));
+  if (!transport::bulk::from_string(cfg.string("transport.tcp_kv_sched"),
+                                    s.kv_thread_sched))
+    return bad_config("transport.tcp_kv_sched must be idle, batch or normal, "
+                      "got "
+                      + cfg.string("transport.tcp_kv_sched"));
+  s.kv_thread_nice = static_cast<int>(cfg.integer("transport.tcp_kv_nice"));
   s.reader = cfg.string("storage.reader");
   s.prefetch_blocks =
       static_cast<uint32_t>(cfg.integer("storage.prefetch_blocks"));
@@ -439,6 +462,7 @@ build_node(caf::actor_system& sys, const cluster_spec& spec,
   rc.io_threads =
       spec.plane == data_plane::modeled ? 0 : spec.reader_io_threads;
   rc.modeled_reads = spec.plane == data_plane::modeled;
+  rc.io_thread_start = kv_thread_start(spec, "dp-kv-io");
   // One lease per run of blocks (the prefetching reader keeps single ones).
   rc.lease_runs = rc.modeled_reads && spec.reader != "prefetching";
   rc.max_inflight = spec.reader_queue_depth;

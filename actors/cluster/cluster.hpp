@@ -35,6 +35,7 @@
 #include "gpu/compute_model.hpp"
 #include "gpu/device.hpp"
 #include "scheduler/policy.hpp"
+#include "transport/bulk/backend.hpp"
 
 namespace dualpath::transport::storage {
 class block_store;
@@ -110,6 +111,15 @@ struct cluster_spec {
   int64_t fetch_period_ns = 10'000'000;
   uint32_t reader_io_threads = 2;
   uint32_t reader_queue_depth = 8;
+  /// CPU class of the node's KV work threads outside the bulk transport:
+  /// the storage readers' I/O threads and the host GPU streams' copy and
+  /// checksum threads. They follow the tcp backend's kv threads
+  /// (`transport.tcp_kv_sched`, `transport.tcp_kv_nice`): below the CAF
+  /// threads that carry control messages (fetches, reports, layer notices),
+  /// so a KV read or copy never holds a core a control message waits for.
+  transport::bulk::tcp_cpu_sched kv_thread_sched =
+      transport::bulk::tcp_cpu_sched::idle;
+  int kv_thread_nice = 10;
   /// Storage reader behaviour (`storage.reader`): "default" or
   /// "prefetching" (actors/storage/prefetching_reader.hpp) with at most
   /// `prefetch_blocks` blocks kept.
@@ -131,6 +141,13 @@ struct cluster_spec {
   /// coarsen()); applied on a modeled data plane only.
   uint32_t layers_per_step = 1;
 };
+
+/// The start hook of one of the node's KV work threads (spec.kv_thread_sched
+/// and kv_thread_nice; the thread named `name`, at most 15 characters, a
+/// string literal): device_options::thread_start and
+/// storage_reader_config::io_thread_start.
+std::function<caf::error()> kv_thread_start(const cluster_spec& spec,
+                                            const char* name);
 
 /// Reads a cluster_spec from the configuration for `mode`. Fails naming the
 /// key when values do not fit together (e.g. a byte scale that leaves no real

@@ -635,9 +635,16 @@ caf::expected<const std::byte*> resolve_source(reader_state& st,
 reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  if (st.cfg.io_threads > 0)
-    st.workers =
-        std::make_unique<transport::storage::worker_pool>(st.cfg.io_threads);
+  if (st.cfg.io_threads > 0) {
+    st.workers = std::make_unique<transport::storage::worker_pool>(
+        st.cfg.io_threads, st.cfg.io_thread_start);
+    if (auto& err = st.workers->start_error()) {
+      self->quit(caf::make_error(storage_errc::io_error,
+                                 "storage reader of " + st.cfg.node
+                                     + ": I/O thread: " + caf::to_string(err)));
+      return reader_impl::behavior_type::make_empty_behavior();
+    }
+  }
   if (st.cfg.max_inflight == 0)
     st.cfg.max_inflight = 1;
   // Runs exist only where blocks complete together (pump_modeled).

@@ -90,6 +90,9 @@ struct storage_reader_config {
   /// Threads doing disk I/O; reads in flight at the disk are
   /// min(io_threads, max_inflight). 0 = inline I/O (deterministic tests only).
   uint32_t io_threads = 4;
+  /// Runs first on each I/O thread (its name and CPU class: the node puts
+  /// KV reads below its control traffic); an error stops the reader with it.
+  std::function<caf::error()> io_thread_start;
   uint32_t max_inflight = 8; ///< Blocks read at once (disk queue depth).
   /// Slots reads may hold at once (issued and leased); 0: the whole pool.
   /// A read needing more fails with over_budget.

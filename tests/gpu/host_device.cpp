@@ -1,12 +1,19 @@
 // ctest-label: engines
 // The host backend of gpu::device (host memory standing in for HBM): the
 // shared device checks (byte-exact scattered copies, events, budget, bad
-// arguments) plus the factory's backend selection and error rendering.
+// arguments) plus the factory's backend selection and error rendering, and
+// the start hook of each stream's copy thread (device_options::thread_start).
 #include <doctest/doctest.h>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include <pthread.h>
+#include <sched.h>
+
+#include <atomic>
+#include <future>
+#include <string>
 #include <utility>
 
 #include "gpu/device.hpp"
@@ -282,4 +289,56 @@ TEST_CASE("one registration serves every device of a backend") {
   CHECK_FALSE(a->copy_h2d(*pinned, *buf2, {copy_chunk{0, 0, 64}}, *s2));
   // An empty registration is refused.
   CHECK_FALSE(b->share_pinned(pinned_host{}));
+}
+
+TEST_CASE("host backend: each stream's copy thread runs the start hook") {
+  // What a node sets on the threads that copy and checksum its KV: their
+  // name and SCHED_IDLE. The stream's own work sees it (notify() runs on the
+  // stream's thread), and every stream starts its thread through the hook.
+  std::atomic<int> started{0};
+  device_options opts;
+  opts.backend = backend_choice::host;
+  opts.hbm_budget = 1 << 20;
+  opts.thread_start = [&started] {
+    ::pthread_setname_np(::pthread_self(), "dp-test-gpu");
+    sched_param p{};
+    ::sched_setscheduler(0, SCHED_IDLE, &p);
+    ++started;
+    return caf::error{};
+  };
+  auto dev = make_host_device(opts);
+  REQUIRE(dev);
+  auto s1 = (*dev)->make_stream();
+  auto s2 = (*dev)->make_stream();
+  REQUIRE(s1);
+  REQUIRE(s2);
+  CHECK(started.load() == 2);
+  auto e = (*dev)->make_event();
+  REQUIRE(e);
+  REQUIRE_FALSE((*dev)->record(*e, *s2));
+  std::promise<std::pair<int, std::string>> seen;
+  REQUIRE_FALSE((*dev)->notify(*e, *s2, [&seen] {
+    char name[16] = {};
+    ::pthread_getname_np(::pthread_self(), name, sizeof(name));
+    seen.set_value({::sched_getscheduler(0), name});
+  }));
+  auto [policy, name] = seen.get_future().get();
+  CHECK(policy == SCHED_IDLE);
+  CHECK(name == "dp-test-gpu");
+}
+
+TEST_CASE("host backend: a failing start hook fails the stream, naming it") {
+  device_options opts;
+  opts.backend = backend_choice::host;
+  opts.hbm_budget = 1 << 20;
+  opts.thread_start = [] {
+    return caf::make_error(caf::sec::runtime_error, "setpriority: EACCES");
+  };
+  auto dev = make_host_device(opts);
+  REQUIRE(dev);
+  auto s = (*dev)->make_stream();
+  REQUIRE_FALSE(s);
+  CHECK(static_cast<gpu_errc>(s.error().code()) == gpu_errc::system_error);
+  CHECK(caf::to_string(s.error()).find("setpriority: EACCES")
+        != std::string::npos);
 }

@@ -75,6 +75,10 @@ public:
 
   bool running();
 
+  pid_t pid() const {
+    return pid_;
+  }
+
   void signal(int sig);
 
   /// Waits for the exit; returns the status (128 + signal if killed).

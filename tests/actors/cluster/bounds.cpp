@@ -12,6 +12,7 @@
 #include "config/settings.hpp"
 #include "scheduler/workload/generator.hpp"
 #include "scheduler/workload/trace_file.hpp"
+#include "tests/support/settings.hpp"
 #include "tests/support/support.hpp"
 
 using namespace dualpath::actors::cluster;
@@ -54,15 +55,6 @@ workload::trace tiny_trace() {
   b.turns = {{7, 1}, {2, 9}, {3, 1}};
   b.history_turns = 1;
   return {a, b};
-}
-
-dualpath::config::settings
-load_cfg(std::vector<dualpath::config::override_entry> overrides) {
-  dualpath::config::load_request req;
-  req.overrides = std::move(overrides);
-  auto cfg = dualpath::config::load(req);
-  REQUIRE(cfg);
-  return std::move(*cfg);
 }
 
 } // namespace
@@ -128,7 +120,7 @@ TEST_CASE("each mode is held to the bound of the paths it reads on") {
 }
 
 TEST_CASE("turns = 0 replays every turn of every generated trajectory") {
-  auto cfg = load_cfg({"workload.agents=12"});
+  auto cfg = dualpath::test::settings_with({"workload.agents=12"});
   job_options opts;
   opts.turns = 0;
   auto replayed = job_trace(cfg, opts);
@@ -159,7 +151,7 @@ TEST_CASE("turns = 0 keeps a trace file's own history turns") {
   dualpath::test::temp_dir dir;
   auto path = dir.file("trace.jsonl");
   REQUIRE(!workload::save_trace(path, tiny_trace()));
-  auto cfg = load_cfg({});
+  auto cfg = dualpath::test::settings_with({});
   job_options opts;
   opts.turns = 0;
   opts.trace_file = path;

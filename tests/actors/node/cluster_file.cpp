@@ -7,6 +7,7 @@
 #include "actors/node/cluster_file.hpp"
 #include "actors/node/node_system.hpp"
 #include "config/errors.hpp"
+#include "tests/support/settings.hpp"
 #include "tests/support/support.hpp"
 
 using namespace dualpath::actors::node;
@@ -126,24 +127,10 @@ TEST_CASE("TLS files must exist; a missing file is named") {
   CHECK_FALSE(load_cluster(dir.file("absent.toml")));
 }
 
-namespace {
-
-// The settings of the defaults with `ovs` applied.
-dualpath::config::settings
-settings_with(std::vector<dualpath::config::override_entry> ovs) {
-  dualpath::config::load_request req;
-  req.overrides = std::move(ovs);
-  auto cfg = dualpath::config::load(req);
-  REQUIRE(cfg);
-  return std::move(*cfg);
-}
-
-} // namespace
-
 TEST_CASE("the settings digest covers what shapes the actors, not the "
           "workload") {
   auto digest = [](std::vector<dualpath::config::override_entry> ovs) {
-    return settings_digest(settings_with(std::move(ovs)));
+    return settings_digest(dualpath::test::settings_with(std::move(ovs)));
   };
   auto base_digest = digest({});
   CHECK(base_digest.size() == 16);
@@ -155,7 +142,7 @@ TEST_CASE("the settings digest covers what shapes the actors, not the "
 
 TEST_CASE("a settings mismatch names each differing key with both values") {
   auto text = [](std::vector<dualpath::config::override_entry> ovs) {
-    return deployment_settings(settings_with(std::move(ovs)));
+    return deployment_settings(dualpath::test::settings_with(std::move(ovs)));
   };
   auto base = text({});
   CHECK(settings_difference(base, text({"workload.agents=7"}), "here", "there")

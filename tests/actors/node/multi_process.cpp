@@ -6,12 +6,38 @@
 // same verified results as the embedded run of the same trace and seed.
 #include <doctest/doctest.h>
 
+#include <sched.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/actors/node/deployment.hpp"
 
 using namespace dualpath::test;
 using nlohmann::json;
+
+namespace {
+
+// Thread name -> how many of process `pid`'s threads of that name run at
+// SCHED_IDLE and how many do not.
+std::map<std::string, std::pair<int, int>> thread_classes(pid_t pid) {
+  std::map<std::string, std::pair<int, int>> out;
+  auto dir = "/proc/" + std::to_string(pid) + "/task";
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    std::string comm;
+    std::ifstream in{e.path() / "comm"};
+    std::getline(in, comm);
+    auto tid = static_cast<pid_t>(std::stol(e.path().filename().string()));
+    auto& n = out[comm];
+    (::sched_getscheduler(tid) == SCHED_IDLE ? n.first : n.second) += 1;
+  }
+  return out;
+}
+
+} // namespace
 
 TEST_CASE("four processes over TLS give the embedded run's verified results") {
   temp_dir dir;
@@ -30,6 +56,21 @@ TEST_CASE("four processes over TLS give the embedded run's verified results") {
   auto emb = parse_report(embedded.out)["modes"]["dualpath"];
   deployment d{dir, cluster, settings};
   REQUIRE_MESSAGE(d.wait_joined(std::chrono::seconds(30)), d.logs());
+  // Every engine node runs its KV work below its control traffic: the
+  // storage readers' I/O threads, the GPU streams' copy threads and the tcp
+  // kv threads at SCHED_IDLE (the CAF threads that carry the control
+  // messages are not).
+  for (size_t i = 1; i < 4; ++i) {
+    auto classes = thread_classes(d.node(i).pid());
+    for (const char* kv : {"dp-kv-io", "dp-kv-gpu", "dp-tcp-tx-kv"}) {
+      CAPTURE(i);
+      CAPTURE(kv);
+      CHECK(classes[kv].first > 0);
+      CHECK(classes[kv].second == 0);
+    }
+    CHECK(classes["caf.multiplexer"].first == 0);
+    CHECK(classes["caf.multiplexer"].second > 0);
+  }
   auto res = run_process(with(
       {dualpath_binary(), "run", "--quiet", "--json", "--cluster", cluster},
       settings));

@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/support/thread_sched.hpp"
 #include "transport/bulk/tcp_class_policy.hpp"
 #include "transport/bulk/tcp_socket.hpp"
 
@@ -33,31 +34,11 @@ int sockopt(int fd, int level, int name) {
   return v;
 }
 
-/// What a thread looks like after apply_thread_policy.
-struct thread_view {
-  caf::error err;
-  int policy = -1;
-  int nice = 0;
-  std::string comm;
-};
-
-thread_view run_policy(const options& o, traffic_class tc, const char* name) {
-  std::promise<thread_view> p;
-  std::thread t{[&] {
-    thread_view v;
-    v.err = apply_thread_policy(o, tc, name);
-    v.policy = ::sched_getscheduler(0);
-    errno = 0;
-    v.nice =
-        ::getpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)));
-    std::ifstream in{"/proc/self/task/" + std::to_string(::syscall(SYS_gettid))
-                     + "/comm"};
-    std::getline(in, v.comm);
-    p.set_value(std::move(v));
-  }};
-  auto v = p.get_future().get();
-  t.join();
-  return v;
+// The calling thread's view after apply_thread_policy on a fresh thread.
+dualpath::test::thread_view run_policy(const options& o, traffic_class tc,
+                                       const char* name) {
+  return dualpath::test::on_new_thread(
+      [&] { return apply_thread_policy(o, tc, name); });
 }
 
 } // namespace

@@ -1,0 +1,47 @@
+// Test helper: what the kernel says about a thread's scheduling, read back
+// on a fresh thread after a function set it (header only).
+#pragma once
+
+#include <sched.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <functional>
+#include <future>
+#include <string>
+#include <thread>
+
+#include <caf/error.hpp>
+
+namespace dualpath::test {
+
+/// A thread after `set` ran on it: set's error, its policy
+/// (sched_getscheduler), niceness and name (/proc/self/task/<tid>/comm).
+struct thread_view {
+  caf::error err;
+  int policy = -1;
+  int nice = 0;
+  std::string comm;
+};
+
+/// Runs `set` on a new thread and reads the thread back.
+inline thread_view on_new_thread(const std::function<caf::error()>& set) {
+  std::promise<thread_view> p;
+  std::thread t{[&] {
+    thread_view v;
+    v.err = set();
+    v.policy = ::sched_getscheduler(0);
+    auto tid = ::syscall(SYS_gettid);
+    v.nice = ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+    std::ifstream in{"/proc/self/task/" + std::to_string(tid) + "/comm"};
+    std::getline(in, v.comm);
+    p.set_value(std::move(v));
+  }};
+  auto v = p.get_future().get();
+  t.join();
+  return v;
+}
+
+} // namespace dualpath::test

@@ -34,6 +34,23 @@ def logits_match(a, b):
             (a - b).abs().max().item())
 
 
+class Checklist:
+    """A test's checks: each printed as ok/FAIL, the failed ones kept."""
+
+    def __init__(self):
+        self.failures = []
+
+    def check(self, cond, what):
+        print(("ok   " if cond else "FAIL ") + what, flush=True)
+        if not cond:
+            self.failures.append(what)
+
+    def same_logits(self, a, b, what):
+        ok, diff = logits_match(a, b)
+        self.check(ok, f"{what}: logits match a full recompute "
+                   f"(max |diff| {diff:.2e})")
+
+
 class Config:
     def __init__(self, vocab=97, d_model=32, heads=4, layers=3,
                  block_tokens=4, max_tokens=256, seed=1234):

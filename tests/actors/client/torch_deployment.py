@@ -29,7 +29,10 @@ except ImportError as e:
 import dualpath
 import tiny_transformer as tt
 
-failures = []
+checks = tt.Checklist()
+failures = checks.failures
+check = checks.check
+same_logits = checks.same_logits
 
 # The deployment's settings, the same for every node and the client: the
 # tiny model's KV geometry (3 layers, 256 B per token and layer, blocks of 4
@@ -45,17 +48,6 @@ SETS = ["hardware.profile=paper-hopper", "model.profile=ds-27b",
         "run.time_scale=1", "run.modes=dualpath",
         "hardware.snic_gbps=0.0002", "workload.max_len=4096",
         "transport.backend=tcp"]
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def same_logits(a, b, what):
-    ok, diff = tt.logits_match(a, b)
-    check(ok, f"{what}: logits match a full recompute (max |diff| {diff:.2e})")
 
 
 def free_port():

@@ -25,18 +25,10 @@ except ImportError as e:
 import dualpath
 import tiny_transformer as tt
 
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def same_logits(a, b, what):
-    ok, diff = tt.logits_match(a, b)
-    check(ok, f"{what}: logits match a full recompute (max |diff| {diff:.2e})")
+checks = tt.Checklist()
+failures = checks.failures
+check = checks.check
+same_logits = checks.same_logits
 
 
 def main():

@@ -16,6 +16,7 @@ pages while the prefill runs layer by layer, fall back to recomputing from
 the first block that failed, save the new full blocks.
 """
 
+import sys
 import time
 
 import torch
@@ -44,6 +45,13 @@ class Checklist:
         print(("ok   " if cond else "FAIL ") + what, flush=True)
         if not cond:
             self.failures.append(what)
+
+    def finish(self):
+        """Exits 1 naming how many checks failed, else says all passed."""
+        if self.failures:
+            print(f"{len(self.failures)} check(s) failed")
+            sys.exit(1)
+        print("all checks passed")
 
     def same_logits(self, a, b, what):
         ok, diff = logits_match(a, b)

@@ -209,10 +209,7 @@ bulk_port = {free_port()}
         for n in reversed(nodes):
             n.stop()
         shutil.rmtree(work, ignore_errors=True)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
-    print("all checks passed")
+    checks.finish()
 
 
 if __name__ == "__main__":

@@ -142,10 +142,17 @@ TEST_CASE("deployment nodes serve their metrics, write their timelines and "
   auto later = drive("2");
   MESSAGE("JCT " << first["jct_s"] << " s driven at once, " << later["jct_s"]
                  << " s driven " << wait_s << " s later");
+  // Counted from the scheduler's start, the later job would carry the
+  // wait: wait_s x time_scale emulated seconds more than a job of its size.
+  // Compared with the first job (another trace of the same shape), not
+  // with a fixed bound: under a sanitizer or a loaded host the jobs
+  // themselves run longer than the wait (ASan: 260 s emulated).
+  const double inflation = wait_s * time_scale;
   CHECK(later["jct_s"].get<double>() > 0);
-  CHECK(later["jct_s"].get<double>() < wait_s * time_scale);
-  CHECK(later["ttft_p99_s"].get<double>() < wait_s * time_scale);
-  CHECK(later["jct_s"].get<double>() < 2 * first["jct_s"].get<double>());
+  CHECK(later["jct_s"].get<double>()
+        < first["jct_s"].get<double>() + inflation / 2);
+  CHECK(later["ttft_p99_s"].get<double>()
+        < first["ttft_p99_s"].get<double>() + inflation / 2);
   CHECK(scrape(dir, metrics["pe0"], pe0_blocks) > after);
   CHECK(scrape(dir, metrics["sched"],
                R"(dualpath_requests_submitted_total{mode="dualpath"})")

@@ -313,7 +313,6 @@ void verbs_backend::check_deadlines(done_list& done) {
     else
       next = std::min(next, at);
   }
-  next_deadline_scan_ = next.time_since_epoch().count();
   for (auto id : due) {
     auto b = batches_.find(id);
     if (b == batches_.end())
@@ -344,6 +343,9 @@ void verbs_backend::check_deadlines(done_list& done) {
                                        "verbs batch to " + pb.peer
                                            + " missed its deadline")});
         pb.state = batch_state::expired;
+        // Due again once the device has had io_timeout to finish it: the
+        // scan must not sleep past that (up to max_sleep late otherwise).
+        next = std::min(next, pb.b.deadline + opts_.io_timeout);
         break;
       case batch_state::expired:
         if (now >= pb.b.deadline + opts_.io_timeout && o != out_.end()
@@ -356,6 +358,7 @@ void verbs_backend::check_deadlines(done_list& done) {
         break;
     }
   }
+  next_deadline_scan_ = next.time_since_epoch().count();
 }
 
 void verbs_backend::on_async_event(const ibv_async_event& ev, done_list& done) {

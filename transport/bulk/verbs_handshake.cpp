@@ -112,16 +112,22 @@ caf::error verbs_backend::connect(const std::string& peer,
     start_attempt(o);
   auto attempt = o.attempt;
   auto limit = handshake_timeout() * 3 + std::chrono::seconds{1};
+  // find(), not operator[]: a drop_peer() while we wait erases the entry,
+  // and must not have it re-created here as an idle peer with no address.
   cv_.wait_for(guard, limit, [&] {
-    auto& x = out_[peer];
-    return stop_ || x.attempt != attempt || x.state != link_state::connecting;
+    auto x = out_.find(peer);
+    return stop_ || x == out_.end() || x->second.attempt != attempt
+           || x->second.state != link_state::connecting;
   });
-  auto& x = out_[peer];
+  auto x = out_.find(peer);
   caf::error result;
-  if (x.state != link_state::connected)
+  if (x == out_.end())
+    result = lost("verbs connection to " + peer
+                  + " was dropped while its handshake ran");
+  else if (x->second.state != link_state::connected)
     result =
-        x.last_error
-            ? x.last_error
+        x->second.last_error
+            ? x->second.last_error
             : lost("verbs handshake with " + peer + " did not finish in time");
   guard.unlock();
   deliver(done);

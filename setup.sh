@@ -6,8 +6,9 @@
 #   ./setup.sh test       install + build + ctest (every suite)
 #   ./setup.sh deps       install packages only
 #
-# Environment: BUILD_DIR, BUILD_TYPE (default RelWithDebInfo), SANITIZE (address|thread),
-# CUDA_ARCH (default 90), JOBS (default nproc).
+# Environment: BUILD_DIR, BUILD_TYPE (default RelWithDebInfo), BUILD_TYPE_FLAGS (the
+# compiler flags of that build type, instead of CMake's defaults for it, e.g. "-O1 -g1"),
+# SANITIZE (address|thread), CUDA_ARCH (default 90), JOBS (default nproc).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 cd "$here"
@@ -37,7 +38,9 @@ install_deps() {
 
 build() {
   local dir=${BUILD_DIR:-build}
-  local args=(-G Ninja -S . -B "$dir" -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}")
+  local type=${BUILD_TYPE:-RelWithDebInfo}
+  local args=(-G Ninja -S . -B "$dir" -DCMAKE_BUILD_TYPE="$type")
+  [ -n "${BUILD_TYPE_FLAGS:-}" ] && args+=(-DCMAKE_CXX_FLAGS_"${type^^}"="$BUILD_TYPE_FLAGS")
   [ -n "${SANITIZE:-}" ] && args+=(-DDUALPATH_SANITIZE="$SANITIZE")
   [ -n "${CUDA_ARCH:-}" ] && args+=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH")
   cmake "${args[@]}" >/dev/null

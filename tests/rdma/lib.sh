@@ -44,6 +44,18 @@ rdma_vm_find() {
 
 rdma_vm_ready() {
   local t
+  # As root, the emulator and debootstrap are installed when missing (the
+  # guest is what the RDMA suites need; apt is how this project gets tools).
+  if [ "$(id -u)" = 0 ] && ! { command -v qemu-system-x86_64 && command -v qemu-img &&
+       command -v debootstrap; } >/dev/null 2>&1; then
+    echo "rdma-vm: installing qemu-system-x86 qemu-utils debootstrap" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+      --no-install-recommends qemu-system-x86 qemu-utils debootstrap >/dev/null 2>&1 ||
+      { apt-get -o DPkg::Lock::Timeout=600 update -q >/dev/null 2>&1 &&
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
+          --no-install-recommends qemu-system-x86 qemu-utils debootstrap >/dev/null 2>&1; } ||
+      echo "rdma-vm: installing them failed" >&2
+  fi
   for t in qemu-system-x86_64 qemu-img; do
     if ! command -v "$t" >/dev/null 2>&1; then
       RDMA_VM_WHY="$t is missing (apt-get install --no-install-recommends qemu-system-x86 qemu-utils debootstrap)"

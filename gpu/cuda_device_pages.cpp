@@ -92,16 +92,15 @@ public:
                         cudaHostAlloc(&host, size(), cudaHostAllocPortable)))
       return err;
     staging_ = static_cast<std::byte*>(host);
-    if (auto err = call("cudaStreamCreateWithFlags",
-                        cudaStreamCreateWithFlags(&stream_,
-                                                  cudaStreamNonBlocking)))
+    if (auto err =
+            call("cudaStreamCreateWithFlags",
+                 cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)))
       return err;
     // RDMA writes into the pages need a flush before device work reads
     // them unless the device orders them for their owner itself.
     int ordering = 0;
-    if (cudaDeviceGetAttribute(&ordering,
-                               cudaDevAttrGPUDirectRDMAWritesOrdering,
-                               ordinal())
+    if (cudaDeviceGetAttribute(
+            &ordering, cudaDevAttrGPUDirectRDMAWritesOrdering, ordinal())
         != cudaSuccess)
       cudaGetLastError();
     flush_remote_writes_ = ordering < cudaGPUDirectRDMAWritesOrderingOwner;

@@ -361,6 +361,14 @@ struct kv_client::impl {
     cv.notify_all();
   }
 
+  // Whether every layer of a load into device pages is in them (or the load
+  // failed); true for everything else.
+  static bool landed(const op_state& op) {
+    return op.info.error
+           || std::all_of(op.landed.begin(), op.landed.end(),
+                          [](landing x) { return x == landing::done; });
+  }
+
   // Every layer of an ended load into device pages (see land).
   void land_all(const op_ptr& op, std::unique_lock<std::mutex>& guard) {
     if (op->info.kind != finished_op::kind_t::load || op->landed.empty())
@@ -969,10 +977,13 @@ caf::error kv_client::register_kv(const std::vector<kv_layer_memory>& layers) {
       return bad_input("layer " + std::to_string(l) + ": memory of kind "
                        + to_string(m.kind));
     auto dev = gpu::device_pages::make(m.base, m.bytes);
-    if (!dev)
-      return caf::make_error(
-          static_cast<gpu::gpu_errc>(dev.error().code()),
-          "layer " + std::to_string(l) + ": " + gpu::describe(dev.error()));
+    if (!dev) {
+      auto what =
+          "layer " + std::to_string(l) + ": " + gpu::describe(dev.error());
+      // The same code and category, its context prefixed with the layer.
+      return caf::error{dev.error().code(), dev.error().category(),
+                        caf::make_message(std::move(what))};
+    }
     devs[l] = std::move(*dev);
   }
   // Device pages go to the NIC themselves where the engine node's transport
@@ -1252,11 +1263,10 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
       continue; // host memory, or device memory the NIC reads itself
     if (auto err = dev->to_host(d.page_chunks(req.pages))) {
       std::lock_guard<std::mutex> guard{d.mtx};
-      d.fail(op, caf::make_error(caf::sec::runtime_error,
-                                 "layer " + std::to_string(l)
-                                     + ": staging the pages from "
-                                     + dev->describe()
-                                     + " failed: " + gpu::describe(err)));
+      d.fail(op, caf::make_error(
+                     caf::sec::runtime_error,
+                     "layer " + std::to_string(l) + ": staging the pages from "
+                         + dev->describe() + " failed: " + gpu::describe(err)));
       op->outstanding = 0;
       op->reads_pending = 0;
       d.maybe_end(op);
@@ -1414,8 +1424,8 @@ std::vector<finished_op> kv_client::finished() {
     d.land_all(op, guard);
   for (auto i = d.ops.begin(); i != d.ops.end();) {
     d.maybe_end(i->second); // abandons reads past their deadlines
-    if (i->second->phase != op_phase::ended) {
-      ++i;
+    if (i->second->phase != op_phase::ended || !d.landed(*i->second)) {
+      ++i; // running, or it ended while another load was copied in
       continue;
     }
     if (i->second->info.kind == finished_op::kind_t::load)

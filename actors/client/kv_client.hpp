@@ -260,9 +260,14 @@ public:
   ///
   /// Device pages (memory_kind::cuda) are never copied as a whole or moved:
   /// each must be CUDA device memory of one device (gpu/device_pages.hpp
-  /// checks its first and last byte); the client sets up a pinned host
-  /// staging area of the layer's size and registers that with the engine
-  /// node's bulk transport. A load lands in the staging area and is copied
+  /// checks its first and last byte). Where the engine node's transport is
+  /// verbs, the device memory itself is registered with the NIC (a dma-buf,
+  /// ibv_reg_dmabuf_mr; else the device pointer, ibv_reg_mr through
+  /// nvidia-peermem) and loads and saves are zero-copy: wait_for_layer(l)
+  /// returns after the NIC's writes were made visible to the device.
+  /// Otherwise (local, tcp, or verbs refusing both; kv_memory_path says
+  /// why) the client sets up a pinned host staging area of the layer's size
+  /// and registers that instead. A load lands in the staging area and is copied
   /// into the device pages on a CUDA stream: wait_for_layer(l) returns only
   /// after layer l's device copy completed, and wait() and finished()
   /// report a load only after every layer's did (a failed copy fails the

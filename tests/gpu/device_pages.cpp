@@ -28,7 +28,8 @@ bool have_device(const char* what) {
   if (count)
     return true;
   if (count.error() != gpu_errc::no_device)
-    FAIL("a CUDA device exists but cannot be used: " << describe(count.error()));
+    FAIL(
+        "a CUDA device exists but cannot be used: " << describe(count.error()));
   MESSAGE("SKIP " << what << ": " << describe(count.error()));
   return false;
 }
@@ -47,8 +48,8 @@ TEST_CASE("device pages: without a CUDA device nothing registers, naming why") {
   }
   REQUIRE(count.error() == gpu_errc::no_device);
   // A fake device address of the right shape: refused before any use.
-  auto pages = device_pages::make(reinterpret_cast<void*>(0x7f0000000000),
-                                  1 << 20);
+  auto pages =
+      device_pages::make(reinterpret_cast<void*>(0x7f0000000000), 1 << 20);
   REQUIRE_FALSE(pages);
   CHECK(pages.error() == gpu_errc::no_device);
   auto text = describe(pages.error());

@@ -81,10 +81,10 @@ kv_layer_memory cuda_interface_memory(const py::object& obj,
   // typestr: byte order, kind, bytes per item, e.g. "<f2", "|u1".
   auto typestr = cai["typestr"].cast<std::string>();
   uint64_t item = 0;
-  bool typestr_ok = typestr.size() >= 3
-                    && std::string{"<>|="}.find(typestr[0]) != std::string::npos
-                    && std::string{"biufcmMV"}.find(typestr[1])
-                           != std::string::npos;
+  bool typestr_ok =
+      typestr.size() >= 3
+      && std::string{"<>|="}.find(typestr[0]) != std::string::npos
+      && std::string{"biufcmMV"}.find(typestr[1]) != std::string::npos;
   for (size_t i = 2; typestr_ok && i < typestr.size(); ++i) {
     if (typestr[i] < '0' || typestr[i] > '9' || item > 1'000'000)
       typestr_ok = false;
@@ -115,10 +115,9 @@ kv_layer_memory cuda_interface_memory(const py::object& obj,
     int64_t expect = static_cast<int64_t>(item);
     for (size_t i = shape.size(); i-- > 0;) {
       if (shape[i] != 1 && strides[i] != expect)
-        throw bad("strides are not C-contiguous (dimension "
-                  + std::to_string(i) + " has stride "
-                  + std::to_string(strides[i]) + ", contiguous is "
-                  + std::to_string(expect) + ")");
+        throw bad("strides are not C-contiguous (dimension " + std::to_string(i)
+                  + " has stride " + std::to_string(strides[i])
+                  + ", contiguous is " + std::to_string(expect) + ")");
       expect *= shape[i];
     }
   }

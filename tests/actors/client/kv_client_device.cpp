@@ -119,12 +119,14 @@ TEST_CASE("device pages without a CUDA device: refused naming why, nothing "
 TEST_CASE("device pages: a page count that does not fit is refused first") {
   env e;
   std::vector<kv_layer_memory> mem(
-      layers, kv_layer_memory{reinterpret_cast<void*>(uintptr_t{0x7f0000000000}),
-                              geometry().layer_bytes() + 1, memory_kind::cuda});
+      layers,
+      kv_layer_memory{reinterpret_cast<void*>(uintptr_t{0x7f0000000000}),
+                      geometry().layer_bytes() + 1, memory_kind::cuda});
   auto err = e.client->register_kv(mem);
   REQUIRE(err);
   CHECK(err == caf::sec::invalid_argument);
-  CHECK(gpu::describe(err).find("no whole number of pages") != std::string::npos);
+  CHECK(gpu::describe(err).find("no whole number of pages")
+        != std::string::npos);
   CHECK(e.client->pages() == 0);
 }
 
@@ -135,8 +137,8 @@ TEST_CASE("device pages: loads on each path and saves are byte-exact in "
     if (count.error() != gpu::gpu_errc::no_device)
       FAIL("a CUDA device exists but cannot be used: "
            << gpu::describe(count.error()));
-    MESSAGE("SKIP device pages loads and saves: "
-            << gpu::describe(count.error()));
+    MESSAGE(
+        "SKIP device pages loads and saves: " << gpu::describe(count.error()));
     return;
   }
   gpu::device_options opts;
@@ -165,13 +167,13 @@ TEST_CASE("device pages: loads on each path and saves are byte-exact in "
   auto s = (*dev)->make_stream();
   REQUIRE(s);
   auto read_layer = [&](uint32_t l) {
-    REQUIRE(!(*dev)->copy_d2h(hbm[l], *pin, {gpu::copy_chunk{0, 0, bytes}},
-                              *s));
+    REQUIRE(
+        !(*dev)->copy_d2h(hbm[l], *pin, {gpu::copy_chunk{0, 0, bytes}}, *s));
     REQUIRE(!(*dev)->synchronize(*s));
   };
   auto write_layer = [&](uint32_t l) {
-    REQUIRE(!(*dev)->copy_h2d(*pin, hbm[l], {gpu::copy_chunk{0, 0, bytes}},
-                              *s));
+    REQUIRE(
+        !(*dev)->copy_h2d(*pin, hbm[l], {gpu::copy_chunk{0, 0, bytes}}, *s));
     REQUIRE(!(*dev)->synchronize(*s));
   };
   auto hit = test::lookup_hit(*e.client, prompt(6));

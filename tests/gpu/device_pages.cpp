@@ -23,7 +23,7 @@ namespace {
 
 /// Whether a CUDA device exists; fails the test where one exists but cannot
 /// be used; prints why not otherwise.
-bool have_device(const char* what) {
+bool have_device(const std::string& what) {
   auto count = probe_cuda();
   if (count)
     return true;

@@ -17,11 +17,12 @@
 //
 //  - lookup (scheduler side, async): the longest stored prefix of a prompt,
 //    in Full Blocks; poll its ticket until it answers.
-//  - register_kv (worker side, once): the engine's paged KV memory, one
-//    region per layer, page p of layer l at base_l + p * page_bytes where
-//    page_bytes = block_tokens x bytes_per_token_layer (one Layer Block of
-//    the block format, token-major). Each layer is registered once with the
-//    engine node's bulk transport; loads and saves then post by page index.
+//  - register_kv (worker side, once): the engine's paged KV memory (host
+//    memory, or CUDA device memory: see register_kv), one region per layer,
+//    page p of layer l at base_l + p * page_bytes where page_bytes =
+//    block_tokens x bytes_per_token_layer (one Layer Block of the block format,
+//    token-major). Each layer is registered once with the engine node's bulk
+//    transport; loads and saves then post by page index.
 //  - start_load: a request's hit blocks into the given pages. The path is
 //    the global scheduler's choice (scheduler::plan_reads with the
 //    configured read_mode over both nodes' storage read queues): blocks

@@ -23,6 +23,7 @@
 #include "actors/protocol/register.hpp"
 #include "config/enum_names.hpp"
 #include "config/settings.hpp"
+#include "gpu/device_pages.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/errors.hpp"
 #include "transport/storage/block_store.hpp"
@@ -55,6 +56,16 @@ std::string to_string(load_path x) {
   return config::name_of(x, load_path_names, "load_path");
 }
 
+std::string to_string(memory_kind x) {
+  switch (x) {
+    case memory_kind::host:
+      return "host";
+    case memory_kind::cuda:
+      return "cuda";
+  }
+  return "memory_kind(" + std::to_string(static_cast<int>(x)) + ")";
+}
+
 namespace {
 
 caf::error bad_input(std::string what) {
@@ -64,6 +75,11 @@ caf::error bad_input(std::string what) {
 // Where an operation is: running (something may still write into its pages)
 // or ended (reported by finished() once).
 enum class op_phase : uint8_t { running, ended };
+
+// A layer of a load into device pages: its staged bytes not yet copied
+// into the device pages, being copied (by one waiter; others wait for it),
+// or copied.
+enum class landing : uint8_t { pending, copying, done };
 
 // One load or save. Guarded by impl::mtx.
 struct op_state {
@@ -87,6 +103,10 @@ struct op_state {
   // Leases to hand back when the operation ends, per reader.
   std::vector<uint64_t> pe_leases;
   std::vector<uint64_t> de_leases;
+  // Loads into device pages: the pages, and per layer whether its staged
+  // bytes were copied into the device pages.
+  std::vector<uint32_t> pages;
+  std::vector<landing> landed;
 };
 
 using op_ptr = std::shared_ptr<op_state>;
@@ -132,6 +152,13 @@ struct kv_client::impl {
   std::condition_variable cv;
   // The engine's layers, registered with the engine node's (pe) transport.
   std::vector<bulk::local_registration> layers;
+  // Per layer, its device pages (null for host memory), and whether the
+  // registration above is of the device memory itself (the NIC writes and
+  // reads it: verbs with dma-buf or nvidia-peermem) or of the pages'
+  // pinned staging area.
+  std::vector<std::unique_ptr<gpu::device_pages>> device_layers;
+  std::vector<bool> direct;
+  std::string memory_path;
   uint32_t pages = 0;
   uint64_t next_ticket = 1;
   std::map<uint64_t, op_ptr> ops;
@@ -160,8 +187,10 @@ struct kv_client::impl {
         caf::anon_send_exit((*n)->reader, caf::exit_reason::user_shutdown);
     if (sys)
       sys->await_all_actors_done();
-    // Registrations before the backends that own them (in the nodes).
+    // Registrations before the backends that own them (in the nodes), and
+    // before the staging areas they register.
     layers.clear();
+    device_layers.clear();
     keep_alive.clear();
     pe.reset();
     de.reset();
@@ -278,6 +307,74 @@ struct kv_client::impl {
   void fail(const op_ptr& op, caf::error err) {
     if (!op->info.error)
       op->info.error = std::move(err);
+  }
+
+  bool has_device_layers() const {
+    return std::any_of(device_layers.begin(), device_layers.end(),
+                       [](const auto& p) { return p != nullptr; });
+  }
+
+  // The copy chunks of `pages_of` in one layer (the same offset in the
+  // staging area and the device pages).
+  std::vector<gpu::copy_chunk>
+  page_chunks(const std::vector<uint32_t>& pages_of) const {
+    auto page = cfg.geometry.layer_bytes();
+    std::vector<gpu::copy_chunk> out;
+    for (auto p : pages_of) {
+      auto off = static_cast<size_t>(uint64_t{p} * page);
+      out.push_back(gpu::copy_chunk{off, off, static_cast<size_t>(page)});
+    }
+    return out;
+  }
+
+  // Copies layer `layer` of load `op` from the staging area into its device
+  // pages once (the first caller copies, later ones wait for it), unless
+  // the layer is host memory or the load failed. Called with `guard` (mtx)
+  // held; releases it while copying. A failed copy fails the load.
+  void land(const op_ptr& op, uint32_t layer,
+            std::unique_lock<std::mutex>& guard) {
+    if (layer >= device_layers.size() || !device_layers[layer]
+        || op->landed.size() <= layer)
+      return;
+    cv.wait(guard, [&] { return op->landed[layer] != landing::copying; });
+    if (op->landed[layer] == landing::done || op->info.error)
+      return;
+    op->landed[layer] = landing::copying;
+    auto* dev = device_layers[layer].get();
+    bool in_place = direct[layer];
+    auto chunks = page_chunks(op->pages);
+    guard.unlock();
+    // In place: the NIC wrote the device memory; its writes are made
+    // visible. Staged: the staging area is copied in.
+    auto err = in_place ? dev->order_remote_writes() : dev->to_device(chunks);
+    guard.lock();
+    op->landed[layer] = landing::done;
+    if (err)
+      fail(op, caf::make_error(caf::sec::runtime_error,
+                               "layer " + std::to_string(layer)
+                                   + (in_place ? ": ordering the NIC's writes "
+                                                 "into "
+                                               : ": copying the staged pages "
+                                                 "into ")
+                                   + dev->describe()
+                                   + " failed: " + gpu::describe(err)));
+    cv.notify_all();
+  }
+
+  // Whether every layer of a load into device pages is in them (or the load
+  // failed); true for everything else.
+  static bool landed(const op_state& op) {
+    return op.info.error
+           || std::all_of(op.landed.begin(), op.landed.end(),
+                          [](landing x) { return x == landing::done; });
+  }
+
+  // Every layer of an ended load into device pages (see land).
+  void land_all(const op_ptr& op, std::unique_lock<std::mutex>& guard) {
+    if (op->info.kind != finished_op::kind_t::load || op->landed.empty())
+      return;
+    for (uint32_t l = 0; l < op->landed.size(); ++l)
+      land(op, l, guard);
   }
 
   // A read of one side answered: posts its blocks layer by layer (layer l of
@@ -869,14 +966,111 @@ caf::error kv_client::register_kv(const std::vector<kv_layer_memory>& layers) {
   }
   if (pages > UINT32_MAX)
     return bad_input("more than 2^32 pages per layer");
+  // Device pages first (each checked, a staging area set up), so that a
+  // refusal leaves nothing registered.
+  std::vector<std::unique_ptr<gpu::device_pages>> devs(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    auto& m = layers[l];
+    if (m.kind == memory_kind::host)
+      continue;
+    if (m.kind != memory_kind::cuda)
+      return bad_input("layer " + std::to_string(l) + ": memory of kind "
+                       + to_string(m.kind));
+    auto dev = gpu::device_pages::make(m.base, m.bytes);
+    if (!dev) {
+      auto what =
+          "layer " + std::to_string(l) + ": " + gpu::describe(dev.error());
+      // The same code and category, its context prefixed with the layer.
+      return caf::error{dev.error().code(), dev.error().category(),
+                        caf::make_message(std::move(what))};
+    }
+    devs[l] = std::move(*dev);
+  }
+  // Device pages go to the NIC themselves where the engine node's transport
+  // is verbs: a dma-buf (ibv_reg_dmabuf_mr), else the device pointer
+  // (ibv_reg_mr, which nvidia-peermem serves); otherwise, or when both are
+  // refused, they are staged through their pinned host area, and
+  // kv_memory_path says why.
+  auto transport_name = d.pe->bulk->caps().name;
   std::vector<bulk::local_registration> regs;
-  for (auto& m : layers) {
-    auto reg = d.pe->bulk->register_region(m.base, m.bytes);
+  std::vector<bool> direct(layers.size(), false);
+  std::vector<std::string> modes(layers.size());
+  for (size_t l = 0; l < layers.size(); ++l) {
+    auto& m = layers[l];
+    if (!devs[l]) {
+      auto reg = d.pe->bulk->register_region(m.base, m.bytes);
+      if (!reg)
+        return std::move(reg.error());
+      regs.push_back(std::move(*reg));
+      modes[l] = "host pages: written in place by the bulk transport";
+      continue;
+    }
+    auto& dev = *devs[l];
+    std::optional<bulk::local_registration> in_place;
+    std::string why;
+    if (transport_name != "verbs") {
+      why = "the engine node's bulk transport is " + transport_name
+            + ", which writes host memory";
+    } else {
+      auto buf = dev.export_dmabuf();
+      if (buf) {
+        auto reg = d.pe->bulk->register_region(
+            m.base, m.bytes, bulk::memory_kind::device, buf->fd());
+        if (reg) {
+          in_place = std::move(*reg);
+          modes[l] = "zero-copy: the NIC writes device memory (dma-buf)";
+        } else {
+          why = "ibv_reg_dmabuf_mr: " + actors::render(reg.error());
+        }
+      } else {
+        why = "dma-buf export: " + gpu::describe(buf.error());
+      }
+      if (!in_place) {
+        auto reg = d.pe->bulk->register_region(m.base, m.bytes);
+        if (reg) {
+          in_place = std::move(*reg);
+          modes[l] = "zero-copy: the NIC writes device memory (ibv_reg_mr on "
+                     "the device pointer, nvidia-peermem; "
+                     + why + ")";
+        } else {
+          why += "; ibv_reg_mr on the device pointer (nvidia-peermem): "
+                 + actors::render(reg.error());
+        }
+      }
+      // The NIC's writes must be orderable before the pages are read.
+      if (in_place)
+        if (auto err = dev.order_remote_writes()) {
+          in_place.reset();
+          why = "RDMA writes into the device cannot be ordered: "
+                + gpu::describe(err);
+        }
+    }
+    if (in_place) {
+      regs.push_back(std::move(*in_place));
+      direct[l] = true;
+      modes[l] = "device pages on " + dev.describe() + ": " + modes[l];
+      continue;
+    }
+    auto reg = d.pe->bulk->register_region(dev.staging(), m.bytes);
     if (!reg)
       return std::move(reg.error());
     regs.push_back(std::move(*reg));
+    modes[l] = "device pages on " + dev.describe()
+               + ": staged through pinned host memory (" + why + ")";
+  }
+  // One line when every layer is reached alike, else one per layer.
+  std::string path = modes[0];
+  if (std::any_of(modes.begin(), modes.end(),
+                  [&](const std::string& x) { return x != modes[0]; })) {
+    path.clear();
+    for (size_t l = 0; l < modes.size(); ++l)
+      path += (l > 0 ? "; " : "") + std::string{"layer "} + std::to_string(l)
+              + ": " + modes[l];
   }
   d.layers = std::move(regs);
+  d.direct = std::move(direct);
+  d.device_layers = std::move(devs);
+  d.memory_path = std::move(path);
   d.pages = static_cast<uint32_t>(pages);
   return caf::none;
 }
@@ -896,6 +1090,10 @@ caf::expected<uint64_t> kv_client::start_load(load_request req) {
       return std::move(admitted.error());
     op = std::move(*admitted);
     op->layer_batches.assign(d.cfg.geometry.layers, 0);
+    if (d.has_device_layers()) {
+      op->pages = req.pages;
+      op->landed.assign(d.cfg.geometry.layers, landing::pending);
+    }
   }
   // The path: the global scheduler's policy over both nodes' read queues
   // (the same function its fetch applies), unless the request forces one.
@@ -1027,6 +1225,8 @@ caf::error kv_client::wait_for_layer(uint64_t ticket, uint32_t layer) {
                                    + " not loaded by its deadline"));
     d.maybe_end(op);
   }
+  // Device pages: the layer is ready once its staged bytes are copied in.
+  d.land(op, layer, guard);
   return op->info.error;
 }
 
@@ -1056,6 +1256,23 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
   }
   if (n == 0)
     return op->info.ticket;
+  // Device pages: staged device -> pinned host before anything is written.
+  for (size_t l = 0; l < d.device_layers.size(); ++l) {
+    auto* dev = d.device_layers[l].get();
+    if (dev == nullptr || d.direct[l])
+      continue; // host memory, or device memory the NIC reads itself
+    if (auto err = dev->to_host(d.page_chunks(req.pages))) {
+      std::lock_guard<std::mutex> guard{d.mtx};
+      d.fail(op, caf::make_error(
+                     caf::sec::runtime_error,
+                     "layer " + std::to_string(l) + ": staging the pages from "
+                         + dev->describe() + " failed: " + gpu::describe(err)));
+      op->outstanding = 0;
+      op->reads_pending = 0;
+      d.maybe_end(op);
+      return op->info.ticket;
+    }
+  }
   reserve_request rr;
   rr.request_id = op->info.ticket;
   for (uint32_t b = 0; b < n; ++b)
@@ -1186,6 +1403,7 @@ caf::expected<finished_op> kv_client::wait(uint64_t ticket) {
       d.cv.wait_for(guard, milliseconds{20}, ended);
     }
   }
+  d.land_all(op, guard);
   if (op->info.kind == finished_op::kind_t::load)
     d.finish_load_info(op);
   return op->info;
@@ -1194,11 +1412,20 @@ caf::expected<finished_op> kv_client::wait(uint64_t ticket) {
 std::vector<finished_op> kv_client::finished() {
   auto& d = *impl_;
   std::vector<finished_op> out;
-  std::lock_guard<std::mutex> guard{d.mtx};
+  std::unique_lock<std::mutex> guard{d.mtx};
+  // Ended loads into device pages are reported once their layers landed.
+  std::vector<op_ptr> ended;
+  for (auto& kv : d.ops) {
+    d.maybe_end(kv.second);
+    if (kv.second->phase == op_phase::ended && !kv.second->landed.empty())
+      ended.push_back(kv.second);
+  }
+  for (auto& op : ended)
+    d.land_all(op, guard);
   for (auto i = d.ops.begin(); i != d.ops.end();) {
     d.maybe_end(i->second); // abandons reads past their deadlines
-    if (i->second->phase != op_phase::ended) {
-      ++i;
+    if (i->second->phase != op_phase::ended || !d.landed(*i->second)) {
+      ++i; // running, or it ended while another load was copied in
       continue;
     }
     if (i->second->info.kind == finished_op::kind_t::load)
@@ -1221,6 +1448,11 @@ std::vector<block_error> kv_client::load_errors(uint64_t ticket) const {
               return x.index < y.index;
             });
   return out;
+}
+
+std::string kv_client::kv_memory_path() const {
+  std::lock_guard<std::mutex> guard{impl_->mtx};
+  return impl_->memory_path;
 }
 
 std::string kv_client::block_file(block_hash hash) const {

@@ -17,11 +17,12 @@
 //
 //  - lookup (scheduler side, async): the longest stored prefix of a prompt,
 //    in Full Blocks; poll its ticket until it answers.
-//  - register_kv (worker side, once): the engine's paged KV memory, one
-//    region per layer, page p of layer l at base_l + p * page_bytes where
-//    page_bytes = block_tokens x bytes_per_token_layer (one Layer Block of
-//    the block format, token-major). Each layer is registered once with the
-//    engine node's bulk transport; loads and saves then post by page index.
+//  - register_kv (worker side, once): the engine's paged KV memory (host
+//    memory, or CUDA device memory: see register_kv), one region per layer,
+//    page p of layer l at base_l + p * page_bytes where page_bytes =
+//    block_tokens x bytes_per_token_layer (one Layer Block of the block format,
+//    token-major). Each layer is registered once with the engine node's bulk
+//    transport; loads and saves then post by page index.
 //  - start_load: a request's hit blocks into the given pages. The path is
 //    the global scheduler's choice (scheduler::plan_reads with the
 //    configured read_mode over both nodes' storage read queues): blocks
@@ -158,10 +159,19 @@ struct prefix_hit {
   uint64_t hit_tokens = 0;        ///< blocks.size() x block_tokens.
 };
 
+/// Where a layer's pages live.
+enum class memory_kind : uint8_t {
+  host = 0, ///< Host memory: the transports write into it directly.
+  cuda = 1, ///< CUDA device memory (a device pointer; see register_kv).
+};
+
+std::string to_string(memory_kind x);
+
 /// One layer of the engine's paged KV memory (see the file comment).
 struct kv_layer_memory {
-  void* base = nullptr;
-  uint64_t bytes = 0; ///< A multiple of the page size.
+  void* base = nullptr; ///< Host address, or device address for cuda.
+  uint64_t bytes = 0;   ///< A multiple of the page size.
+  memory_kind kind = memory_kind::host;
 };
 
 /// Which path reads a load's blocks.
@@ -248,7 +258,33 @@ public:
 
   /// Registers the engine's KV memory, one entry per layer (exactly
   /// geometry().layers). Once per client.
+  ///
+  /// Device pages (memory_kind::cuda) are never copied as a whole or moved:
+  /// each must be CUDA device memory of one device (gpu/device_pages.hpp
+  /// checks its first and last byte). Where the engine node's transport is
+  /// verbs, the device memory itself is registered with the NIC (a dma-buf,
+  /// ibv_reg_dmabuf_mr; else the device pointer, ibv_reg_mr through
+  /// nvidia-peermem) and loads and saves are zero-copy: wait_for_layer(l)
+  /// returns after the NIC's writes were made visible to the device.
+  /// Otherwise (local, tcp, or verbs refusing both; kv_memory_path says
+  /// why) the client sets up a pinned host staging area of the layer's size
+  /// and registers that instead. A load lands in the staging area and is copied
+  /// into the device pages on a CUDA stream: wait_for_layer(l) returns only
+  /// after layer l's device copy completed, and wait() and finished()
+  /// report a load only after every layer's did (a failed copy fails the
+  /// load). A save first copies its pages device -> staging (and waits),
+  /// then writes the staging area to storage. Without a CUDA device this
+  /// fails with gpu_errc::no_device, "layer L: no CUDA device: " and the
+  /// driver's reason; memory that is not device memory with
+  /// gpu_errc::invalid_argument naming the address; nothing is registered
+  /// on any failure.
   caf::error register_kv(const std::vector<kv_layer_memory>& layers);
+
+  /// How the registered memory is reached, for operators and tests, e.g.
+  /// "host pages: written in place by the bulk transport" or "device pages
+  /// on cuda device 0 (NVIDIA H200): staged through pinned host memory
+  /// (...why...)"; "" before register_kv.
+  std::string kv_memory_path() const;
 
   /// Pages per layer of the registered memory (0 before register_kv).
   uint32_t pages() const;

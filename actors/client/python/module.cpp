@@ -1,10 +1,17 @@
 // The Python module `dualpath`: kv_client (actors/client/kv_client.hpp) for
 // an engine's Python code. Same contracts as the C++ API, plus:
-//  - KV pages are the caller's own memory, never copied: a CPU torch tensor
+//  - KV pages are the caller's own memory, never copied: a torch tensor
 //    (anything with data_ptr(), is_contiguous(), element_size(), numel() and
-//    a device of type "cpu") or a writable C-contiguous buffer (bytearray,
-//    numpy array). The client keeps a reference to every registered object,
-//    so the memory stays valid as long as the client lives.
+//    a device of type "cpu" or "cuda"), any object exposing
+//    __cuda_array_interface__ (version 2 or 3: C-contiguous, writable, a
+//    typestr of a whole number of bytes; device memory) or a writable
+//    C-contiguous buffer (bytearray, numpy array). CUDA memory is
+//    registered as device pages (kv_client::register_kv: staged through
+//    pinned host memory); without a CUDA device its registration raises
+//    dualpath.Error "... no CUDA device: <the driver's reason>". Malformed
+//    objects raise ValueError naming what is wrong. The client keeps a
+//    reference to every registered object, so the memory stays valid as
+//    long as the client lives.
 //  - Failures raise dualpath.Error with the rendered caf::error (category,
 //    code and what was wrong); bad input to a call raises before anything
 //    starts.
@@ -47,16 +54,96 @@ T value(caf::expected<T> x) {
   return std::move(*x);
 }
 
-// The memory of one layer: a CPU tensor or a writable contiguous buffer.
+// The memory behind a __cuda_array_interface__ (numba, cupy, torch, ...):
+// https://numba.readthedocs.io/en/stable/cuda/cuda_array_interface.html
+kv_layer_memory cuda_interface_memory(const py::object& obj,
+                                      const std::string& where,
+                                      uint64_t page_bytes) {
+  auto bad = [&](const std::string& what) {
+    return std::invalid_argument(where + "__cuda_array_interface__: " + what);
+  };
+  py::dict cai;
+  try {
+    cai = obj.attr("__cuda_array_interface__").cast<py::dict>();
+  } catch (const py::error_already_set& e) {
+    throw bad(std::string{"reading it raised: "} + e.what());
+  } catch (const py::cast_error&) {
+    throw bad("not a dict");
+  }
+  for (auto key : {"shape", "typestr", "data", "version"})
+    if (!cai.contains(key))
+      throw bad(std::string{"no '"} + key + "' entry");
+  auto version = cai["version"].cast<int64_t>();
+  if (version < 2 || version > 3)
+    throw bad("version " + std::to_string(version) + " (2 or 3 understood)");
+  if (cai.contains("mask") && !cai["mask"].is_none())
+    throw bad("a masked array");
+  // typestr: byte order, kind, bytes per item, e.g. "<f2", "|u1".
+  auto typestr = cai["typestr"].cast<std::string>();
+  uint64_t item = 0;
+  bool typestr_ok =
+      typestr.size() >= 3
+      && std::string{"<>|="}.find(typestr[0]) != std::string::npos
+      && std::string{"biufcmMV"}.find(typestr[1]) != std::string::npos;
+  for (size_t i = 2; typestr_ok && i < typestr.size(); ++i) {
+    if (typestr[i] < '0' || typestr[i] > '9' || item > 1'000'000)
+      typestr_ok = false;
+    else
+      item = item * 10 + static_cast<uint64_t>(typestr[i] - '0');
+  }
+  if (!typestr_ok || item == 0)
+    throw bad("typestr '" + typestr
+              + "' is not <byte order><kind><bytes> (e.g. '<f2')");
+  if (page_bytes % item != 0)
+    throw bad("items of " + std::to_string(item)
+              + " bytes do not tile a page of " + std::to_string(page_bytes)
+              + " bytes");
+  auto shape = cai["shape"].cast<std::vector<int64_t>>();
+  uint64_t count = 1;
+  for (auto dim : shape) {
+    if (dim < 0)
+      throw bad("negative dimension in shape");
+    count *= static_cast<uint64_t>(dim);
+  }
+  if (cai.contains("strides") && !cai["strides"].is_none()) {
+    auto strides = cai["strides"].cast<std::vector<int64_t>>();
+    if (strides.size() != shape.size())
+      throw bad(std::to_string(strides.size()) + " strides for "
+                + std::to_string(shape.size()) + " dimensions");
+    // C-contiguous: each dimension's stride is the bytes of the dimensions
+    // after it (a dimension of extent 1 may have any stride).
+    int64_t expect = static_cast<int64_t>(item);
+    for (size_t i = shape.size(); i-- > 0;) {
+      if (shape[i] != 1 && strides[i] != expect)
+        throw bad("strides are not C-contiguous (dimension " + std::to_string(i)
+                  + " has stride " + std::to_string(strides[i])
+                  + ", contiguous is " + std::to_string(expect) + ")");
+      expect *= shape[i];
+    }
+  }
+  auto data = cai["data"].cast<py::tuple>();
+  if (data.size() != 2)
+    throw bad("'data' is not a (pointer, read_only) pair");
+  if (data[1].cast<bool>())
+    throw bad("the memory is read-only");
+  auto ptr = data[0].cast<uintptr_t>();
+  if (ptr == 0)
+    throw bad("a null data pointer");
+  return kv_layer_memory{reinterpret_cast<void*>(ptr), count * item,
+                         memory_kind::cuda};
+}
+
+// The memory of one layer: a CPU or CUDA tensor, an object with
+// __cuda_array_interface__, or a writable contiguous buffer.
 kv_layer_memory memory_of(const py::object& obj, size_t layer,
                           uint64_t page_bytes) {
   auto where = "layer " + std::to_string(layer) + ": ";
   if (py::hasattr(obj, "data_ptr") && py::hasattr(obj, "element_size")) {
     auto device = py::str(obj.attr("device").attr("type")).cast<std::string>();
-    if (device != "cpu")
-      throw std::invalid_argument(
-          where + "a " + device
-          + " tensor; this client's KV memory is host memory (CPU tensors)");
+    if (device != "cpu" && device != "cuda")
+      throw std::invalid_argument(where + "a " + device
+                                  + " tensor; KV memory is host memory (CPU "
+                                    "tensors) or CUDA device memory");
     if (!obj.attr("is_contiguous")().cast<bool>())
       throw std::invalid_argument(where + "the tensor is not contiguous");
     auto elem = obj.attr("element_size")().cast<uint64_t>();
@@ -66,8 +153,12 @@ kv_layer_memory memory_of(const py::object& obj, size_t layer,
                                   + std::to_string(page_bytes) + " bytes");
     auto bytes = obj.attr("numel")().cast<uint64_t>() * elem;
     auto ptr = obj.attr("data_ptr")().cast<uintptr_t>();
-    return kv_layer_memory{reinterpret_cast<void*>(ptr), bytes};
+    return kv_layer_memory{reinterpret_cast<void*>(ptr), bytes,
+                           device == "cuda" ? memory_kind::cuda
+                                            : memory_kind::host};
   }
+  if (py::hasattr(obj, "__cuda_array_interface__"))
+    return cuda_interface_memory(obj, where, page_bytes);
   if (!PyObject_CheckBuffer(obj.ptr()))
     throw std::invalid_argument(where + "neither a tensor nor a buffer object");
   Py_buffer view;
@@ -202,6 +293,9 @@ PYBIND11_MODULE(dualpath, m) {
           [](const client& c) { return c.impl->geometry().block_tokens; })
       .def_property_readonly("pages",
                              [](const client& c) { return c.impl->pages(); })
+      .def_property_readonly(
+          "kv_memory_path",
+          [](const client& c) { return c.impl->kv_memory_path(); })
       .def("lookup",
            [](client& c, std::vector<uint32_t> tokens) {
              return c.impl->lookup(std::move(tokens));

@@ -76,9 +76,9 @@ struct fixture : test::coordinator_fixture {
 
   // Plays the prefill engine for `batch`: placement and admission of each,
   // then every request's summary and layers at one instant (their prefill
-  // ends together).
+  // ends together), `bytes_per_token` per layer each (0: not timed).
   void prefill(const decode_engine_actor& de, std::vector<assignment> batch,
-               uint32_t layers) {
+               uint32_t layers, uint64_t bytes_per_token = 0) {
     for (auto& a : batch) {
       caf::anon_send(de, assign_atom_v, a);
       bool slot = false;
@@ -94,8 +94,12 @@ struct fixture : test::coordinator_fixture {
       auto tokens = static_cast<uint32_t>(a.request.tokens.size());
       caf::anon_send(de, prefilled_atom_v, prefill_summary{id, 0, 0, 0, 0});
       for (uint32_t l = 0; l < layers; ++l)
-        caf::anon_send(de, layer_atom_v,
-                       layer_batch{l, 0, {layer_chunk{id, 0, tokens, 0, {}}}});
+        caf::anon_send(
+            de, layer_atom_v,
+            layer_batch{
+                l,
+                0,
+                {layer_chunk{id, 0, tokens, tokens * bytes_per_token, {}}}});
     }
     sched.run();
   }
@@ -258,5 +262,69 @@ TEST_CASE_FIXTURE(fixture, "the node reports every GPU's load") {
     CHECK_EQ(g.engines[k].free_hbm_bytes, 1'000'000u);
   }
   caf::anon_send_exit(de, caf::exit_reason::user_shutdown);
+  sched.run();
+}
+
+TEST_CASE_FIXTURE(fixture, "a prompt's copy into GPU memory shares the "
+                           "node's DRAM with arriving layers, layer by "
+                           "layer") {
+  // DRAM of 1e6 B/s (1 B per microsecond), unpaced NICs. Request 1: 400
+  // tokens, 400 x 64 B = 25.6 ms of DRAM per layer: its 5 layers land by
+  // 128 ms, then its copy into GPU memory takes 5 x 25.6 ms more. Request
+  // 2 (40 tokens, 2.56 ms per layer) arrives while that copy runs.
+  // The node's buffer: a reader (modeled, inline) on a pool of 256 slots;
+  // nothing is read on the decode side, every block is a reservation.
+  storage::kv_geometry geo{5, 4, 64};
+  auto opened =
+      storage::block_store::open(storage::store_config{"sim-store", "m", geo},
+                                 storage::make_modeled_backend());
+  REQUIRE(opened);
+  std::shared_ptr<storage::block_store> store{std::move(*opened)};
+  auto pool =
+      storage::buffer_pool::make(256 * geo.file_bytes(), geo.file_bytes());
+  REQUIRE(pool);
+  storage_reader_config rc;
+  rc.node = "de";
+  rc.store = store;
+  rc.pool = *pool;
+  rc.io_threads = 0;
+  rc.modeled_reads = true;
+  rc.lease_runs = true;
+  rc.counters = std::make_shared<storage_reader_counters>();
+  auto reader = spawn_storage_reader(sys, rc);
+  REQUIRE(reader);
+  auto c = engine(load_mode::dualpath);
+  c.node->reader = *reader;
+  c.node->pool = *pool;
+  c.node->store = store;
+  c.node->dram = std::make_shared<emulated_link>("dram", 1'000'000);
+  auto de = spawn_decode_engine(sys, c);
+  sched.run();
+  auto hdl = caf::actor_cast<caf::actor>(de);
+  auto now_ns = [&] { return time.since_start_ns(sched.clock().now()); };
+  prefill(de, {make(1, 400, 2, 0, hdl)}, 5, 64);
+  // To request 1's prefill end (128 ms): its copy starts.
+  CHECK_EQ(now_ns(), 0);
+  while (now_ns() < 128'000'000) {
+    REQUIRE(sched.trigger_timeout());
+    sched.run();
+  }
+  CHECK_EQ(now_ns(), 128'000'000);
+  prefill(de, {make(2, 40, 2, 0, hdl)}, 5, 64);
+  run_until_results(2);
+  REQUIRE_EQ(out->results.size(), 2u);
+  auto& first = out->results[0].id == 1 ? out->results[0] : out->results[1];
+  auto& second = out->results[0].id == 2 ? out->results[0] : out->results[1];
+  // Request 2's layers wait for the layer of the copy under way (to 153.6
+  // ms), not for the whole copy (to 256 ms): they land by 153.6 + 5 x 2.56
+  // = 166.4 ms, its prefill end.
+  CHECK_EQ(second.ttft_ns, 166'400'000);
+  // Request 1's copy still takes its 128 ms of DRAM, and request 2's 12.8
+  // ms of arrivals come between: it is in GPU memory at 268.8 ms at the
+  // earliest (its second token is a decode step later).
+  CHECK_EQ(first.ttft_ns, 128'000'000);
+  CHECK_GT(first.ttst_ns, 268'800'000);
+  caf::anon_send_exit(hdl, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(*reader, caf::exit_reason::user_shutdown);
   sched.run();
 }

@@ -72,6 +72,21 @@ caf::error bad_input(std::string what) {
   return caf::make_error(caf::sec::invalid_argument, std::move(what));
 }
 
+// Hands `leases` back to the reader that granted them.
+void release_leases(const storage_reader_actor& reader,
+                    std::vector<uint64_t> leases) {
+  if (!leases.empty() && reader)
+    caf::anon_send(reader, release_atom_v, lease_release{std::move(leases)});
+}
+
+// The lease ids of a reader's answer.
+std::vector<uint64_t> lease_ids(const read_completion& c) {
+  std::vector<uint64_t> out;
+  for (auto& l : c.leases)
+    out.push_back(l.lease_id);
+  return out;
+}
+
 // Where an operation is: running (something may still write into its pages)
 // or ended (reported by finished() once).
 enum class op_phase : uint8_t { running, ended };
@@ -100,9 +115,13 @@ struct op_state {
   uint32_t remote_pending = 0;
   uint32_t remote_reads = 0;
   bool remote_cut = false;
-  // Leases to hand back when the operation ends, per reader.
+  // Leases to hand back when the operation ends, per reader, with the
+  // reader that granted them (a deployment's decode node may restart under
+  // a new handle meanwhile: its leases go to the one that granted them).
   std::vector<uint64_t> pe_leases;
   std::vector<uint64_t> de_leases;
+  storage_reader_actor pe_reader;
+  storage_reader_actor de_reader;
   // Loads into device pages: the pages, and per layer whether its staged
   // bytes were copied into the device pages.
   std::vector<uint32_t> pages;
@@ -113,18 +132,25 @@ using op_ptr = std::shared_ptr<op_state>;
 
 } // namespace
 
-// Where the client's decode node is (deployments only).
+// Where a deployment's decode node is (deployments only: an embedded
+// client's decode node is in this process, see impl::deployed).
 enum class remote_phase : uint8_t {
-  embedded, ///< No deployment: the decode node is in this process.
-  joining,  ///< Not yet reached (make() waits for it).
-  up,       ///< Its reader and bulk endpoint answer; the bulk link is set up.
-  lost,     ///< Left the deployment's view (killed, stopped, unreachable).
+  joining, ///< Not yet reached (make() waits for it).
+  up,      ///< Its reader and bulk endpoint answer; the bulk link is set up.
+  lost,    ///< Left the deployment's view (killed, stopped, unreachable).
 };
 
 // Which reader a part of a load goes to.
 enum class side_t : uint8_t { pe, de };
 
 struct kv_client::impl {
+  explicit impl(bool in_deployment) : deployed(in_deployment) {
+    // nop
+  }
+
+  // Whether the client joined a deployment (its decode node is a remote
+  // process) or embeds both nodes; fixed at construction, read without mtx.
+  const bool deployed;
   client_config cfg;
   // Deployments: the settings and cluster file (outlive the actor system).
   config::settings dep_settings;
@@ -140,12 +166,13 @@ struct kv_client::impl {
   // Deployments: the decode node (guarded by mtx) and the actor that polls
   // the view; every requester to the decode node is linked to it, so that
   // killing it at destruction ends them all.
-  remote_phase remote = remote_phase::embedded;
+  remote_phase remote = remote_phase::joining;
   std::string remote_name;
   storage_reader_actor remote_reader;
   bulk_endpoint_actor remote_bulk;
   std::vector<uint8_t> remote_details;
-  caf::error remote_why; // why it is not up
+  caf::error remote_why;   // why it is not up
+  bool connecting = false; // a set-up of the decode node is under way
   caf::actor hub;
 
   mutable std::mutex mtx;
@@ -194,6 +221,11 @@ struct kv_client::impl {
     keep_alive.clear();
     pe.reset();
     de.reset();
+    // Every actor handle (the hub, the decode node's proxies) before the
+    // actor system that owns them.
+    hub = nullptr;
+    remote_reader = nullptr;
+    remote_bulk = nullptr;
     sys.reset();
     sys_cfg.reset();
   }
@@ -201,11 +233,11 @@ struct kv_client::impl {
   const storage_reader_actor& reader_of(side_t s) const {
     if (s == side_t::pe)
       return pe->reader;
-    return remote == remote_phase::embedded ? de->reader : remote_reader;
+    return deployed ? remote_reader : de->reader;
   }
 
   bool remote_side(side_t s) const {
-    return s == side_t::de && remote != remote_phase::embedded;
+    return s == side_t::de && deployed;
   }
 
   // The decode node is lost: every operation stops waiting for it (the
@@ -222,7 +254,13 @@ struct kv_client::impl {
     maybe_end(op);
   }
 
+  // The client gives up on the decode node (it left the view, restarted,
+  // disconnected, or did not answer past a deadline): its bulk peer is
+  // dropped, so that no more of its writes land in the pages (verbs: the
+  // queue pair goes), and every operation stops waiting for it. It is set
+  // up again when the view shows it. Called with mtx held.
   void lose_remote(caf::error why) {
+    pe->bulk->drop_peer(remote_name);
     remote = remote_phase::lost;
     remote_why = why;
     for (auto& kv : ops)
@@ -278,11 +316,17 @@ struct kv_client::impl {
     if (op->phase == op_phase::ended)
       return;
     if (op->remote_pending > 0
-        && clock_type::now() >= op->deadline + remote_grace)
+        && clock_type::now() >= op->deadline + remote_grace) {
+      // Given up on: its writes must not land after the load is reported.
+      if (remote == remote_phase::up)
+        return lose_remote(caf::make_error(
+            caf::sec::request_timeout,
+            "decode node " + remote_name + " did not answer by the deadline"));
       return cut_remote(
           op, caf::make_error(caf::sec::request_timeout,
                               "decode node " + remote_name
                                   + " did not answer by the deadline"));
+    }
     if (op->outstanding > op->reads_pending)
       return; // a batch or a persist may still write
     if (op->reads_pending > 0) {
@@ -295,12 +339,8 @@ struct kv_client::impl {
                                : "storage read not answered by the deadline"));
     }
     op->phase = op_phase::ended;
-    if (!op->pe_leases.empty())
-      caf::anon_send(pe->reader, release_atom_v,
-                     lease_release{std::move(op->pe_leases)});
-    if (!op->de_leases.empty())
-      caf::anon_send(reader_of(side_t::de), release_atom_v,
-                     lease_release{std::move(op->de_leases)});
+    release_leases(op->pe_reader, std::move(op->pe_leases));
+    release_leases(op->de_reader, std::move(op->de_leases));
     cv.notify_all();
   }
 
@@ -396,13 +436,11 @@ struct kv_client::impl {
       writer = remote_bulk;
       if (op->phase == op_phase::ended || (remote_part && op->remote_cut)) {
         // Abandoned (at its deadline, or its node was lost): nothing more
-        // lands in the pages; the leases go back.
-        if (res && !res->leases.empty()) {
-          lease_release rel;
-          for (auto& l : res->leases)
-            rel.lease_ids.push_back(l.lease_id);
-          caf::anon_send(reader_of(side), release_atom_v, std::move(rel));
-        }
+        // lands in the pages; the leases go back to the reader that
+        // answered.
+        if (res)
+          release_leases(side == side_t::pe ? op->pe_reader : op->de_reader,
+                         lease_ids(*res));
         return;
       }
       --op->reads_pending;
@@ -510,9 +548,21 @@ struct kv_client::impl {
   // decode node up (its reader, its bulk endpoint, the bulk link both ways)
   // when it appears or comes back under new details, and loses it (every
   // operation waiting for it fails at once, peer_lost) when it leaves the
-  // view or the scheduler node stops answering.
+  // view or the connection to it breaks (the hub monitors its reader and
+  // bulk endpoint). A view request that fails (the scheduler node busy or
+  // away) loses nothing: membership waits for the next answer.
   void start_hub(node_supervisor_actor sup) {
     hub = sys->spawn([this, sup](caf::event_based_actor* self) {
+      self->set_down_handler([this](caf::down_msg& dm) {
+        std::lock_guard<std::mutex> guard{mtx};
+        if (remote == remote_phase::up
+            && (dm.source == remote_reader.address()
+                || dm.source == remote_bulk.address()))
+          lose_remote(
+              caf::make_error(transport::transport_errc::peer_lost,
+                              "decode node " + remote_name
+                                  + " disconnected: " + render(dm.reason)));
+      });
       self->send(self, view_atom_v);
       return caf::behavior{
           [this, self, sup](view_atom) {
@@ -525,11 +575,11 @@ struct kv_client::impl {
                     [this, self](caf::error& err) {
                       {
                         std::lock_guard<std::mutex> guard{mtx};
-                        if (remote == remote_phase::up)
-                          lose_remote(caf::make_error(
+                        if (remote != remote_phase::up)
+                          remote_why = caf::make_error(
                               transport::transport_errc::peer_lost,
                               "the scheduler node does not answer: "
-                                  + render(err)));
+                                  + render(err));
                       }
                       self->delayed_send(self, view_period, view_atom_v);
                     });
@@ -571,6 +621,9 @@ struct kv_client::impl {
     if (remote == remote_phase::up)
       lose_remote(caf::make_error(transport::transport_errc::peer_lost,
                                   "decode node " + remote_name + " restarted"));
+    if (connecting)
+      return; // one set-up at a time (the next view retries)
+    connecting = true;
     guard.unlock();
     // The bulk link: the decode node connects to this node (it writes into
     // the pages), this node to it (verbs needs both sides' details).
@@ -581,6 +634,7 @@ struct kv_client::impl {
     if (!details) {
       std::lock_guard<std::mutex> g{mtx};
       remote_why = details.error();
+      connecting = false;
       return;
     }
     mine.details = *details;
@@ -591,17 +645,20 @@ struct kv_client::impl {
     auto their = found->endpoint.details;
     self->request(rb, milliseconds{5000}, connect_atom_v, std::move(mine))
         .then(
-            [this, rb, rr, their](endpoint_info& info) {
+            [this, self, rb, rr, their](endpoint_info& info) {
               caf::error err;
               if (!info.details.empty())
                 err = pe->bulk->connect(remote_name, info.details);
               std::lock_guard<std::mutex> g{mtx};
+              connecting = false;
               if (err) {
                 remote_why = err;
                 return;
               }
               remote_reader = rr;
               remote_bulk = rb;
+              self->monitor(rr);
+              self->monitor(rb);
               remote_details = their;
               remote = remote_phase::up;
               remote_why = caf::none;
@@ -609,6 +666,7 @@ struct kv_client::impl {
             },
             [this](caf::error& err) {
               std::lock_guard<std::mutex> g{mtx};
+              connecting = false;
               remote_why = err;
             });
   }
@@ -617,7 +675,7 @@ struct kv_client::impl {
   // a deployment's node asked (a node that does not answer counts as a
   // full queue, so the PE side takes the load).
   uint64_t de_queue_tokens() {
-    if (remote == remote_phase::embedded)
+    if (!deployed)
       return de->loads->read_queue().tokens;
     uint64_t out = UINT64_MAX / 4;
     storage_reader_actor reader;
@@ -734,6 +792,14 @@ caf::expected<std::unique_ptr<kv_client>> kv_client::make(client_config cfg) {
   auto& geo = cfg.geometry;
   if (cfg.buffer_blocks == 0)
     return bad_input("buffer_blocks: a node's buffer must hold a block");
+  if (cfg.kv_thread_nice < -20 || cfg.kv_thread_nice > 19)
+    return bad_input("kv_thread_nice: " + std::to_string(cfg.kv_thread_nice)
+                     + " is outside [-20, 19]");
+  if (cfg.kv_thread_sched != bulk::tcp_cpu_sched::normal
+      && cfg.kv_thread_sched != bulk::tcp_cpu_sched::batch
+      && cfg.kv_thread_sched != bulk::tcp_cpu_sched::idle)
+    return bad_input("kv_thread_sched: no CPU class numbered "
+                     + std::to_string(static_cast<int>(cfg.kv_thread_sched)));
   if (cfg.deployment)
     return make_deployed(std::move(cfg));
   if (geo.layers == 0 || geo.block_tokens == 0
@@ -742,7 +808,7 @@ caf::expected<std::unique_ptr<kv_client>> kv_client::make(client_config cfg) {
                      "bytes_per_token_layer > 0");
   if (cfg.store_dir.empty())
     return bad_input("store_dir: no block store directory given");
-  auto p = std::make_unique<impl>();
+  auto p = std::make_unique<impl>(false);
   p->cfg = cfg;
   p->sys_cfg = std::make_unique<caf::actor_system_config>();
   add_message_types(*p->sys_cfg);
@@ -770,6 +836,8 @@ caf::expected<std::unique_ptr<kv_client>> kv_client::make(client_config cfg) {
                         * cluster::kv_bytes_per_token(s.model);
   s.max_prompt_tokens = 0;
   s.reader_io_threads = 2;
+  s.kv_thread_sched = cfg.kv_thread_sched;
+  s.kv_thread_nice = cfg.kv_thread_nice;
   p->time = emulated_time{p->sys->clock().now(), 1.0};
   auto fabric = bulk::make_local_fabric();
   for (auto role : {engine_role::prefill, engine_role::decode}) {
@@ -801,22 +869,48 @@ caf::expected<std::unique_ptr<kv_client>> kv_client::make(client_config cfg) {
 caf::expected<std::unique_ptr<kv_client>>
 kv_client::make_deployed(client_config cfg) {
   auto& dep = *cfg.deployment;
+  // One deadline for the scheduler node and the decode node together.
+  auto until = clock_type::now() + dep.patience;
+  if (dep.patience.count() < 0)
+    return bad_input("deployment.patience: "
+                     + std::to_string(dep.patience.count())
+                     + " ms is negative");
+  auto& f = cfg.decode_faults;
+  if (f.fail_after >= 0 || !f.drop_peer.empty() || f.delay.count() > 0
+      || f.corrupt_byte)
+    return bad_input("decode_faults: faults are injected into the embedded "
+                     "decode node only, not a deployment's");
   auto view = read_deployment(dep);
   if (!view)
     return view.error();
   auto& geo = cfg.geometry;
   auto& want = view->store.geometry;
-  // A geometry left at its defaults is not given (the deployment's).
-  if ((geo.layers != 0 || geo.bytes_per_token_layer != 0)
-      && (geo.layers != want.layers || geo.block_tokens != want.block_tokens
-          || geo.bytes_per_token_layer != want.bytes_per_token_layer))
-    return bad_input("geometry: " + to_text(geo)
-                     + " given, the deployment's KV is " + to_text(want));
+  // A field left at its default is not given (the deployment's); any field
+  // given must be the deployment's (block_tokens too once another is given).
+  const storage::kv_geometry unset;
+  bool any = geo.layers != unset.layers
+             || geo.bytes_per_token_layer != unset.bytes_per_token_layer;
+  std::pair<const char*, std::pair<uint32_t, uint32_t>> fields[] = {
+      {"layers", {geo.layers, want.layers}},
+      {"bytes_per_token_layer",
+       {geo.bytes_per_token_layer, want.bytes_per_token_layer}},
+      {"block_tokens", {geo.block_tokens, want.block_tokens}},
+  };
+  for (auto& [name, v] : fields) {
+    bool given = std::string_view{name} == "block_tokens"
+                     ? any || v.first != unset.block_tokens
+                     : v.first != 0;
+    if (given && v.first != v.second)
+      return bad_input(
+          "geometry." + std::string{name} + ": " + std::to_string(v.first)
+          + " given, the deployment's is " + std::to_string(v.second)
+          + " (its KV is " + to_text(want) + ")");
+  }
   geo = want;
   cfg.store_dir = view->store.directory;
   cfg.model_id = view->store.model_id;
   cfg.snic_bytes_per_s = view->spec.snic_bytes_per_s;
-  auto p = std::make_unique<impl>();
+  auto p = std::make_unique<impl>(true);
   p->dep_settings = std::move(view->settings);
   p->cluster = std::move(view->cluster);
   auto& cf = *p->cluster;
@@ -824,13 +918,16 @@ kv_client::make_deployed(client_config cfg) {
   p->remote_name = dep.decode_node.empty()
                        ? cf.names_of(node::node_role::decode).front()
                        : dep.decode_node;
-  p->remote = remote_phase::joining;
   p->spec = view->spec;
   auto& s = p->spec;
   // The engine's node: a prefill node of the deployment whose DRAM buffer
   // holds buffer_blocks Full Blocks.
   s.dram_buffer_bytes = uint64_t{cfg.buffer_blocks} * geo.block_tokens
                         * cluster::kv_bytes_per_token(s.model);
+  // Its KV threads run in the engine's process: the client's class, not
+  // the deployment's (a node process's, idle by default).
+  s.kv_thread_sched = cfg.kv_thread_sched;
+  s.kv_thread_nice = cfg.kv_thread_nice;
   p->cfg = cfg;
   auto store = node::open_store(p->dep_settings, s, cfg.store_dir);
   if (!store)
@@ -843,6 +940,8 @@ kv_client::make_deployed(client_config cfg) {
   if (!bopts)
     return bopts.error();
   bopts->default_deadline = cfg.default_deadline;
+  bopts->tcp_kv_sched = cfg.kv_thread_sched;
+  bopts->tcp_kv_nice = cfg.kv_thread_nice;
   auto made = bulk::make_backend(*bopts, nullptr);
   if (!made)
     return made.error();
@@ -872,8 +971,10 @@ kv_client::make_deployed(client_config cfg) {
   std::unique_ptr<kv_client> out{new kv_client(std::move(p))};
   auto& d = *out->impl_;
   auto& sn = cf.scheduler_node();
-  auto sup_hdl =
-      node::connect_actor(*d.sys, security, sn.host, sn.port, dep.patience);
+  auto left = std::max(
+      milliseconds{1},
+      std::chrono::duration_cast<milliseconds>(until - clock_type::now()));
+  auto sup_hdl = node::connect_actor(*d.sys, security, sn.host, sn.port, left);
   if (!sup_hdl)
     return caf::make_error(caf::sec::runtime_error,
                            "cannot reach the scheduler node " + sn.name + " at "
@@ -881,8 +982,8 @@ kv_client::make_deployed(client_config cfg) {
                                + render(sup_hdl.error()));
   d.start_hub(caf::actor_cast<node_supervisor_actor>(*sup_hdl));
   std::unique_lock<std::mutex> guard{d.mtx};
-  if (!d.cv.wait_for(guard, dep.patience,
-                     [&] { return d.remote == remote_phase::up; }))
+  if (!d.cv.wait_until(guard, until,
+                       [&] { return d.remote == remote_phase::up; }))
     return caf::make_error(
         caf::sec::runtime_error,
         "decode node " + d.remote_name + " of " + cf.path
@@ -1107,7 +1208,7 @@ caf::expected<uint64_t> kv_client::start_load(load_request req) {
   caf::error de_down;
   {
     std::lock_guard<std::mutex> guard{d.mtx};
-    if (d.remote != remote_phase::embedded && d.remote != remote_phase::up)
+    if (d.deployed && d.remote != remote_phase::up)
       de_down = d.remote == remote_phase::lost && d.remote_why
                     ? d.remote_why
                     : caf::make_error(transport::transport_errc::peer_lost,
@@ -1174,6 +1275,7 @@ caf::expected<uint64_t> kv_client::start_load(load_request req) {
       std::lock_guard<std::mutex> guard{d.mtx};
       remote_part = d.remote_side(side);
       reader = d.reader_of(side);
+      (side == side_t::pe ? op->pe_reader : op->de_reader) = reader;
     }
     // A local reader always answers: no timeout, so a reply after the
     // deadline still comes and its leases go back (maybe_end abandons the
@@ -1252,6 +1354,7 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
     // answered (maybe_end), its late answer only hands the slots back.
     op->outstanding = n > 0 ? 1 : 0;
     op->reads_pending = op->outstanding;
+    op->pe_reader = d.pe->reader;
     d.maybe_end(op);
   }
   if (n == 0)
@@ -1303,12 +1406,7 @@ caf::expected<uint64_t> kv_client::start_save(save_request req) {
               {
                 std::lock_guard<std::mutex> guard{d.mtx};
                 if (op->phase == op_phase::ended) {
-                  lease_release rel;
-                  for (auto& l : c.leases)
-                    rel.lease_ids.push_back(l.lease_id);
-                  if (!rel.lease_ids.empty())
-                    caf::anon_send(d.pe->reader, release_atom_v,
-                                   std::move(rel));
+                  release_leases(op->pe_reader, lease_ids(c));
                   return;
                 }
                 --op->reads_pending;

@@ -55,8 +55,11 @@
 // persist reads its staging slot until it answers, so the slot is never
 // reused under it). Over a deployment a decode node that stays in the view
 // but does not answer is waited for at most one second past the deadline
-// (its sender fails batches past it and replies) before the load is
-// reported.
+// (its sender fails batches past it and replies); then the client gives it
+// up (drops its bulk peer, fails every load waiting for it) before the load
+// is reported, and sets it up again at a later view. A broken connection to
+// the decode node's reader or bulk endpoint loses it at once; a view
+// request the scheduler node does not answer loses nothing.
 //
 // Failure: bad input (unknown pages, a page index past the registered
 // memory, a ticket not issued, a second registration, tokens and pages that
@@ -141,11 +144,19 @@ struct client_config {
   uint64_t snic_bytes_per_s = 50'000'000'000;
   /// Deadline of an operation that names none.
   std::chrono::milliseconds default_deadline{10'000};
+  /// CPU class and niceness of the client's own KV work threads in the
+  /// engine's process (its storage reader's I/O threads, and over a
+  /// deployment the tcp transport's kv threads): normal by default, so that
+  /// an engine whose compute threads fill every core does not starve its
+  /// loads (a node process's default, idle, would). nice in [-20, 19].
+  transport::bulk::tcp_cpu_sched kv_thread_sched =
+      transport::bulk::tcp_cpu_sched::normal;
+  int kv_thread_nice = 0;
   /// A deployment to join instead of the embedded nodes. Then store_dir,
   /// model_id and snic_bytes_per_s come from the deployment (its cluster
-  /// file and settings); a geometry given here must be the deployment's
-  /// (else invalid_argument names both); buffer_blocks sizes the engine's
-  /// own node; decode_faults do not apply.
+  /// file and settings); each geometry field given here must be the
+  /// deployment's (else invalid_argument names it); buffer_blocks sizes the
+  /// engine's own node; decode_faults are refused (invalid_argument).
   std::optional<deployment_config> deployment;
   /// Faults injected into the decode node's bulk transport (drills and
   /// tests: a lost decode node, failing or slow writes on the DE path); the

@@ -484,7 +484,7 @@ struct reserve_request {
   /// not served by then is dropped without taking a slot and answered with
   /// caf::sec::request_timeout, so that a requester that gave up (its
   /// request timed out, across processes its reply would be lost) leaks
-  /// nothing.
+  /// nothing. 0: no limit; negative: refused (invalid_argument).
   int64_t timeout_ns = 0;
 };
 

@@ -687,6 +687,11 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
       [self](reserve_atom,
              reserve_request& req) -> caf::result<read_completion> {
         auto& st = self->state;
+        if (req.timeout_ns < 0)
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "reserve_request::timeout_ns: "
+                                     + std::to_string(req.timeout_ns)
+                                     + " is negative (0: no limit)");
         if (req.block_indices.size() > st.cfg.pool->slots())
           return caf::make_error(
               storage_errc::over_budget,

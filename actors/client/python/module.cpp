@@ -208,9 +208,10 @@ py::dict dict_of(const finished_op& f) {
   return d;
 }
 
-std::chrono::milliseconds ms(int64_t x) {
+// A non-negative number of milliseconds; `name` is the argument's.
+std::chrono::milliseconds ms(int64_t x, const char* name = "deadline_ms") {
   if (x < 0)
-    throw std::invalid_argument("deadline_ms " + std::to_string(x)
+    throw std::invalid_argument(std::string{name} + " " + std::to_string(x)
                                 + " is negative");
   return std::chrono::milliseconds{x};
 }
@@ -259,7 +260,7 @@ PYBIND11_MODULE(dualpath, m) {
             dep.decode_node = decode_node;
             dep.config_file = std::move(config_file);
             dep.sets = std::move(sets);
-            dep.patience = ms(patience_ms);
+            dep.patience = ms(patience_ms, "patience_ms");
             client_config cfg;
             cfg.deployment = std::move(dep);
             cfg.reads = reads_of(reads);

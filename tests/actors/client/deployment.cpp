@@ -390,3 +390,160 @@ TEST_CASE("over a deployment: the remote DE path is byte-exact, a killed "
   CHECK(done.de_blocks == 6);
   INFO(d.logs());
 }
+
+TEST_CASE("joining a deployment: bad input is refused naming what was wrong") {
+  // A cluster file whose nodes do not run (no process is started).
+  test::temp_dir dir{"dp-client-dep-bad"};
+  auto file = dir.file("cluster.toml");
+  std::ostringstream toml;
+  toml << "[cluster]\nscheduler = \"sched\"\nstorage = \"" << dir.file("store")
+       << "\"\nbulk_secret = \"client-test-secret-0123456789\"\n\n"
+       << "[tls]\nmode = \"plaintext\"\n\n"
+       << "[[node]]\nname = \"sched\"\nrole = \"scheduler\"\nhost = "
+          "\"127.0.0.1\"\nport = "
+       << test::free_port() << "\n\n"
+       << "[[node]]\nname = \"engine0\"\nrole = \"prefill\"\nhost = "
+          "\"127.0.0.1\"\nbulk_port = "
+       << test::free_port() << "\n\n"
+       << "[[node]]\nname = \"de0\"\nrole = \"decode\"\nhost = "
+          "\"127.0.0.1\"\nbulk_port = "
+       << test::free_port() << "\n";
+  test::write_file(file, toml.str());
+  deployment_config dep;
+  dep.cluster_file = file;
+  dep.node = "engine0";
+  dep.sets = sets_of(settings());
+  dep.patience = 300ms;
+  auto refused = [&](client_config cfg, const std::string& names) {
+    CAPTURE(names);
+    auto t0 = std::chrono::steady_clock::now();
+    auto c = kv_client::make(std::move(cfg));
+    auto took = std::chrono::steady_clock::now() - t0;
+    REQUIRE(!c);
+    auto text = actors::render(c.error());
+    CAPTURE(text);
+    CHECK(text.find(names) != std::string::npos);
+    CHECK(took < 3s);
+    return c.error();
+  };
+  auto with = [&](auto change) {
+    client_config cfg;
+    cfg.deployment = dep;
+    change(cfg);
+    return cfg;
+  };
+  // The engine's node must be a prefill node; the decode node a decode one.
+  CHECK(refused(with([](client_config& c) { c.deployment->node = "de0"; }),
+                "deployment.node")
+        == caf::sec::invalid_argument);
+  CHECK(refused(
+            with([](client_config& c) { c.deployment->decode_node = "nope"; }),
+            "deployment.decode_node")
+        == caf::sec::invalid_argument);
+  // A transport that reaches no other process.
+  refused(with([](client_config& c) {
+            c.deployment->sets.push_back("transport.backend=local");
+          }),
+          "transport.backend");
+  // A geometry given in part must still be the deployment's (4 tokens per
+  // block), field by field.
+  CHECK(refused(with([](client_config& c) { c.geometry.block_tokens = 8; }),
+                "geometry.block_tokens")
+        == caf::sec::invalid_argument);
+  CHECK(refused(with([](client_config& c) { c.geometry.layers = 5; }),
+                "geometry.layers")
+        == caf::sec::invalid_argument);
+  CHECK(refused(with([](client_config& c) {
+                  c.geometry.bytes_per_token_layer = 32;
+                }),
+                "geometry.bytes_per_token_layer")
+        == caf::sec::invalid_argument);
+  // Faults apply to the embedded decode node only.
+  CHECK(refused(with([](client_config& c) { c.decode_faults.fail_after = 0; }),
+                "decode_faults")
+        == caf::sec::invalid_argument);
+  CHECK(refused(with([](client_config& c) { c.deployment->patience = -1ms; }),
+                "deployment.patience")
+        == caf::sec::invalid_argument);
+  // The geometry matching in full is no error: the scheduler node is not
+  // running, make() gives up after the patience.
+  refused(with([](client_config& c) {
+            c.geometry = kv_geometry{3, 4, 64};
+          }),
+          "cannot reach the scheduler node sched");
+}
+
+TEST_CASE("over a deployment: a stopped scheduler node loses nothing; a "
+          "stopped decode node fails its load by the deadline and writes "
+          "nothing after") {
+  deployment_env d;
+  engine e{d.dep};
+  auto hit = e.lookup(prompt(6, d.bt()));
+  REQUIRE(hit.blocks.size() == 6);
+  e.load_exact(hit.blocks, load_path::de);
+
+  // The scheduler node stopped (SIGSTOP) past the view request's timeout
+  // (2 s): the decode node is not lost (messages to it are routed through
+  // the scheduler node, so a DE load waits), and once the scheduler node
+  // continues, the load completes byte-exact.
+  d.sched->signal(SIGSTOP);
+  std::this_thread::sleep_for(3s);
+  {
+    e.clear();
+    auto r = e.de_load(hit.blocks);
+    r.deadline = 20s;
+    auto t = e.client->start_load(r);
+    REQUIRE(t);
+    std::this_thread::sleep_for(500ms);
+    d.sched->signal(SIGCONT);
+    auto done = e.client->wait(*t);
+    REQUIRE(done);
+    CHECK_MESSAGE(!done->error, actors::render(done->error));
+    CHECK(done->de_blocks == 6);
+    for (uint32_t l = 0; l < e.geo.layers; ++l)
+      for (size_t b = 0; b < hit.blocks.size(); ++b)
+        CHECK(kv_check_layer(hit.blocks[b], l, e.geo.block_tokens,
+                             e.geo.bytes_per_token_layer,
+                             e.page(l, r.pages[b])));
+    e.client->finished();
+  }
+
+  // The decode node stopped during a DE load: the load fails by its
+  // deadline and the remote grace (1 s); after it continues, no byte of
+  // the pages changes.
+  e.clear();
+  auto r = e.de_load(hit.blocks);
+  r.deadline = 1500ms;
+  auto t0 = std::chrono::steady_clock::now();
+  auto t = e.client->start_load(r);
+  REQUIRE(t);
+  std::this_thread::sleep_for(300ms); // reads running (~0.6 s of NIC time)
+  d.de0->signal(SIGSTOP);
+  auto done = e.client->wait(*t);
+  auto waited = std::chrono::steady_clock::now() - t0;
+  REQUIRE(done);
+  CHECK(done->error);
+  CHECK(done->blocks_ok == 0);
+  CHECK(waited < 1500ms + 1s + 1s);
+  e.client->finished();
+  auto before = e.memory;
+  d.de0->signal(SIGCONT);
+  std::this_thread::sleep_for(2s);
+  CHECK(e.memory == before);
+
+  // The node continues: the client takes it back, the DE path works.
+  auto back = std::chrono::steady_clock::now() + 15s;
+  for (;;) {
+    auto ti = e.client->start_load(e.de_load(hit.blocks));
+    REQUIRE(ti);
+    auto di = e.client->wait(*ti);
+    REQUIRE(di);
+    e.client->finished();
+    if (!di->error || std::chrono::steady_clock::now() > back)
+      break;
+    std::this_thread::sleep_for(200ms);
+  }
+  auto again = e.load_exact(hit.blocks, load_path::de);
+  CHECK(again.de_blocks == 6);
+  INFO(d.logs());
+}

@@ -7,13 +7,18 @@
 // input is refused naming what was wrong.
 #include <doctest/doctest.h>
 
+#include <sched.h>
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <thread>
 
 #include "actors/client/kv_client.hpp"
+#include "actors/protocol/register.hpp"
 #include "tests/actors/client/client_support.hpp"
 #include "tests/support/support.hpp"
 #include "transport/errors.hpp"
@@ -361,4 +366,77 @@ TEST_CASE("bad input is refused naming what was wrong") {
   client_config bad;
   bad.store_dir = e.dir.path();
   CHECK(!kv_client::make(bad)); // no geometry
+}
+
+namespace {
+
+// Policy and niceness of this process's threads named `comm` now.
+std::vector<std::pair<int, int>> threads_now(const std::string& comm) {
+  std::vector<std::pair<int, int>> out;
+  for (auto& e : std::filesystem::directory_iterator{"/proc/self/task"}) {
+    std::ifstream in{e.path() / "comm"};
+    std::string name;
+    std::getline(in, name);
+    if (name != comm)
+      continue;
+    auto tid = std::stoi(e.path().filename().string());
+    out.emplace_back(::sched_getscheduler(tid),
+                     ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid)));
+  }
+  return out;
+}
+
+// Policy and niceness of this process's threads named `comm`, once there
+// are any (the reader starts its I/O threads when its actor first runs);
+// empty if none appears within 5 s.
+std::vector<std::pair<int, int>> threads_named(const std::string& comm) {
+  std::vector<std::pair<int, int>> out;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds{5};
+  while (out.empty() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
+    out = threads_now(comm);
+  }
+  // A thread is named before its class is set: read it again after that.
+  std::this_thread::sleep_for(std::chrono::milliseconds{200});
+  return threads_now(comm);
+}
+
+} // namespace
+
+TEST_CASE("the client's storage I/O threads run in the normal CPU class") {
+  // In an engine's process whose compute threads fill every core, KV I/O
+  // threads at SCHED_IDLE (a node process's default) would starve.
+  test::temp_dir dir{"dp-client-sched"};
+  client_config cfg;
+  cfg.store_dir = dir.path();
+  cfg.geometry = geometry();
+  cfg.buffer_blocks = 4;
+  {
+    auto c = kv_client::make(cfg);
+    REQUIRE(c);
+    auto io = threads_named("dp-kv-io");
+    REQUIRE(!io.empty());
+    for (auto& [policy, nice] : io) {
+      CHECK(policy == SCHED_OTHER);
+      CHECK(nice == 0);
+    }
+  }
+  // The class is the client's setting: idle when asked for.
+  cfg.kv_thread_sched = transport::bulk::tcp_cpu_sched::idle;
+  {
+    auto c = kv_client::make(cfg);
+    REQUIRE(c);
+    auto io = threads_named("dp-kv-io");
+    REQUIRE(!io.empty());
+    for (auto& [policy, nice] : io)
+      CHECK(policy == SCHED_IDLE);
+  }
+  // Out of range: refused naming the field.
+  cfg.kv_thread_sched = transport::bulk::tcp_cpu_sched::normal;
+  cfg.kv_thread_nice = 20;
+  auto bad = kv_client::make(cfg);
+  REQUIRE(!bad);
+  CHECK(bad.error() == caf::sec::invalid_argument);
+  CHECK(actors::render(bad.error()).find("kv_thread_nice")
+        != std::string::npos);
 }

@@ -130,6 +130,14 @@ role = "decode"
 host = "127.0.0.1"
 bulk_port = {free_port()}
 """)
+        # A negative patience is refused naming its argument.
+        try:
+            dualpath.Client.join(cluster, "engine0", sets=SETS,
+                                 patience_ms=-1)
+            check(False, "a negative patience_ms is refused")
+        except ValueError as e:
+            check("patience_ms" in str(e) and "deadline_ms" not in str(e),
+                  f"the error names patience_ms: {e}")
         sched = Node(binary, cluster, "sched", work)
         nodes.append(sched)
         check(sched.wait_for("listening on"), "the scheduler node started")

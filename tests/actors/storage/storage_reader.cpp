@@ -286,6 +286,12 @@ TEST_CASE("a reservation not served within its timeout takes no slot") {
   // is free for the next one.
   for (auto& l : held->leases)
     self->send(*reader, release_atom_v, l.lease_id);
+  // A negative timeout is refused (not taken as "no limit").
+  auto negative = reserve(reserve_request{4, {0}, -1});
+  REQUIRE_FALSE(negative);
+  CHECK(negative.error() == caf::sec::invalid_argument);
+  CHECK(sys.render(negative.error()).find("timeout_ns") != std::string::npos);
+  CHECK_EQ(pool->in_use(), 0u);
   auto next = reserve(reserve_request{3, {0, 1}, 0});
   REQUIRE(next);
   CHECK_EQ(next->leases.size(), 2u);

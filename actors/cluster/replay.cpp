@@ -289,11 +289,10 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
     // Real time: wait for the driver, asking `watch` between waits whether
     // the job can still finish.
     using clock = std::chrono::steady_clock;
-    auto deadline = opts.wall_limit.count() > 0
-                        ? clock::now() + opts.wall_limit
-                        : clock::time_point::max();
-    auto period = opts.watch ? opts.watch_period
-                             : std::chrono::milliseconds(500);
+    auto deadline = opts.wall_limit.count() > 0 ? clock::now() + opts.wall_limit
+                                                : clock::time_point::max();
+    auto period =
+        opts.watch ? opts.watch_period : std::chrono::milliseconds(500);
     for (;;) {
       auto now = clock::now();
       if (now >= deadline) {
@@ -312,14 +311,13 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
         continue;
       auto why = opts.watch();
       if (why.empty()
-          || fut.wait_for(std::chrono::seconds(0))
-                 == std::future_status::ready)
+          || fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
         continue;
       caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
-      return caf::make_error(
-          caf::sec::runtime_error,
-          why + " (" + std::to_string(ctx->done.load()) + " of "
-              + std::to_string(total) + " requests completed)");
+      return caf::make_error(caf::sec::runtime_error,
+                             why + " (" + std::to_string(ctx->done.load())
+                                 + " of " + std::to_string(total)
+                                 + " requests completed)");
     }
   }
   return fut.get();

@@ -724,8 +724,8 @@ public:
                + " engine left the cluster view (last: " + r.last + ", gone "
                + std::to_string(
                    duration_cast<seconds>(now - *r.gone_since).count())
-               + " s; run.role_loss_grace_s = "
-               + std::to_string(grace_.count()) + "); the job cannot finish";
+               + " s; run.role_loss_grace_s = " + std::to_string(grace_.count())
+               + "); the job cannot finish";
     }
     return {};
   }
@@ -741,7 +741,8 @@ private:
   std::string names_in(const cluster_view& v, node_role role) const {
     std::string out;
     for (auto& n : v.nodes)
-      if (auto entry = cf_.find(n.name); entry != nullptr && entry->role == role)
+      if (auto entry = cf_.find(n.name);
+          entry != nullptr && entry->role == role)
         out += (out.empty() ? "" : ", ") + n.name;
     return out;
   }

@@ -131,9 +131,9 @@ int kill_mid_job(const std::vector<size_t>& victims, double& exit_after_s,
   // run.wall_limit_s is 600 s: without the watch the driver is still
   // waiting when this limit kills it.
   auto status = run.wait_for(std::chrono::seconds(60));
-  exit_after_s = std::chrono::duration<double>(std::chrono::steady_clock::now()
-                                               - killed)
-                     .count();
+  exit_after_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed)
+          .count();
   run_err = run.err();
   MESSAGE("driver exited " << exit_after_s << " s after the kill, status "
                            << status);

@@ -43,7 +43,7 @@ struct replay_options {
   /// the wall limit. May block (it asks remote actors) but should answer
   /// within a few seconds.
   std::function<std::string()> watch;
-  std::chrono::milliseconds watch_period{250};
+  std::chrono::milliseconds watch_period{1000};
 };
 
 /// One replayed request.

@@ -94,6 +94,12 @@ void add_run(std::vector<key_spec>& out) {
          "every agent at once.");
   s.integer("wall_limit_s", 600, "s", range::at_least(1),
             "Wall-clock limit of one mode's replay.");
+  s.integer("role_loss_grace_s", 5, "s", range::at_least(0),
+            "`dualpath run --cluster` only: how long every node of an engine "
+            "role (prefill or decode) may be missing from the deployment's "
+            "cluster view before the job fails, naming the role (a node "
+            "restarted under its name joins again within it). A scheduler "
+            "node that stops answering fails the job at once.");
 }
 
 void add_sim(std::vector<key_spec>& out) {

@@ -47,6 +47,7 @@ struct replay_context {
   replay_options opts;
   uint64_t id_base = 0;
   std::atomic<uint64_t> next_id{0}; // agents run concurrently in real time
+  std::atomic<uint64_t> done{0};    // completed requests, read by replay()
 };
 
 // One agent: submits its turns one after another and hands each finished
@@ -248,6 +249,7 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
           if (index < s.outcome.records.size())
             s.outcome.records[index] = std::move(rec);
           ++s.done;
+          s.ctx->done.store(s.done, std::memory_order_relaxed);
           if (s.ctx->opts.progress)
             s.ctx->opts.progress(s.done, s.total,
                                  static_cast<double>(s.latest_ns) / 1e9);
@@ -283,13 +285,40 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
                     + std::to_string(opts.wall_limit.count())
                     + " s of wall-clock time");
     }
-  } else if (opts.wall_limit.count() > 0
-             && fut.wait_for(opts.wall_limit) != std::future_status::ready) {
-    caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
-    return caf::make_error(caf::sec::request_timeout,
-                           "trace replay did not finish within "
-                               + std::to_string(opts.wall_limit.count())
-                               + " s of wall-clock time");
+  } else {
+    // Real time: wait for the driver, asking `watch` between waits whether
+    // the job can still finish.
+    using clock = std::chrono::steady_clock;
+    auto deadline = opts.wall_limit.count() > 0 ? clock::now() + opts.wall_limit
+                                                : clock::time_point::max();
+    auto period =
+        opts.watch ? opts.watch_period : std::chrono::milliseconds(500);
+    for (;;) {
+      auto now = clock::now();
+      if (now >= deadline) {
+        if (fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+          break;
+        caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+        return caf::make_error(caf::sec::request_timeout,
+                               "trace replay did not finish within "
+                                   + std::to_string(opts.wall_limit.count())
+                                   + " s of wall-clock time");
+      }
+      auto wait = std::min<clock::duration>(period, deadline - now);
+      if (fut.wait_for(wait) == std::future_status::ready)
+        break;
+      if (!opts.watch)
+        continue;
+      auto why = opts.watch();
+      if (why.empty()
+          || fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
+        continue;
+      caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+      return caf::make_error(caf::sec::runtime_error,
+                             why + " (" + std::to_string(ctx->done.load())
+                                 + " of " + std::to_string(total)
+                                 + " requests completed)");
+    }
   }
   return fut.get();
 }

@@ -5,7 +5,8 @@
 // emulated second. Times are emulated (see actors/engines/emulation.hpp).
 //
 // Ownership: replay() blocks the calling (non-actor) thread until every turn
-// has completed or the wall-clock limit passes; the driver actor it spawns
+// has completed, the wall-clock limit passes or `watch` reports the job
+// cannot finish; the driver actor it spawns
 // (and, monitoring it, one actor per agent) ends with it.
 #pragma once
 
@@ -35,6 +36,14 @@ struct replay_options {
   /// Called from the driver's thread after each completed request with
   /// (done, total, emulated seconds of the latest completion) (optional).
   std::function<void(uint64_t, uint64_t, double)> progress;
+  /// Real time only (optional): called from replay()'s own thread every
+  /// `watch_period` while requests are open; a non-empty answer says why the
+  /// job can no longer finish (e.g. every decode node left the deployment)
+  /// and ends the replay at once with that reason instead of waiting for
+  /// the wall limit. May block (it asks remote actors) but should answer
+  /// within a few seconds.
+  std::function<std::string()> watch;
+  std::chrono::milliseconds watch_period{1000};
 };
 
 /// One replayed request.
@@ -72,7 +81,9 @@ struct replay_outcome {
 
 /// Replays the turns of `trace` that are not history (history_turns onward).
 /// Request ids are `id_base + i`. Fails with caf::sec::request_timeout when
-/// the wall limit passes first.
+/// the wall limit passes first, and with caf::sec::runtime_error carrying
+/// `watch`'s reason and the count of completed requests when `watch` gives
+/// one.
 caf::expected<replay_outcome> replay(caf::actor_system& sys,
                                      const scheduler_actor& scheduler,
                                      const scheduler::workload::trace& trace,

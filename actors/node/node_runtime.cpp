@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <thread>
@@ -169,10 +170,11 @@ int64_t unix_now_ns() {
 }
 
 caf::expected<cluster_view> ask_view(caf::actor_system& sys,
-                                     const node_supervisor_actor& sup) {
+                                     const node_supervisor_actor& sup,
+                                     caf::timespan patience = seconds(10)) {
   caf::scoped_actor self{sys};
   caf::expected<cluster_view> out{cluster_view{}};
-  self->request(sup, seconds(10), view_atom_v)
+  self->request(sup, patience, view_atom_v)
       .receive([&](cluster_view& v) { out = std::move(v); },
                [&](caf::error& err) { out = std::move(err); });
   return out;
@@ -681,6 +683,79 @@ caf::error run_node(const config::settings& cfg, const cluster_file& cluster,
 // -- `dualpath run --cluster`
 // ---------------------------------------------------
 
+namespace {
+
+// Watches a driven deployment's cluster view during a replay (called from
+// replay()'s thread, cluster::replay_options::watch): the job cannot finish
+// once the scheduler node stops answering, or once every node of an engine
+// role (prefill, decode) has been missing from the view for `grace` (a node
+// restarted under its name joins again within it). Without this the driver
+// waited for run.wall_limit_s.
+class deployment_watch {
+public:
+  deployment_watch(caf::actor_system& sys, node_supervisor_actor sup,
+                   const cluster_file& cf, const cluster_view& first,
+                   seconds grace)
+      : sys_(sys), sup_(std::move(sup)), cf_(cf), grace_(grace) {
+    for (auto role : {node_role::prefill, node_role::decode})
+      roles_.push_back(role_watch{role, names_in(first, role), {}});
+  }
+
+  /// Empty while the job can finish, else why it cannot.
+  std::string operator()() {
+    auto& sn = cf_.scheduler_node();
+    auto v = ask_view(sys_, sup_, seconds(5));
+    if (!v)
+      return "lost the scheduler node " + sn.name + " (" + sn.host + ":"
+             + std::to_string(sn.port) + "): " + sys_.render(v.error())
+             + "; the job cannot finish";
+    auto now = steady_clock::now();
+    for (auto& r : roles_) {
+      auto names = names_in(*v, r.role);
+      if (!names.empty()) {
+        r.last = std::move(names);
+        r.gone_since.reset();
+        continue;
+      }
+      if (!r.gone_since)
+        r.gone_since = now;
+      if (now - *r.gone_since >= grace_)
+        return "every " + to_string(r.role)
+               + " engine left the cluster view (last: " + r.last + ", gone "
+               + std::to_string(
+                   duration_cast<seconds>(now - *r.gone_since).count())
+               + " s; run.role_loss_grace_s = " + std::to_string(grace_.count())
+               + "); the job cannot finish";
+    }
+    return {};
+  }
+
+private:
+  struct role_watch {
+    node_role role;
+    std::string last; // the names of the role's nodes last seen
+    std::optional<steady_clock::time_point> gone_since;
+  };
+
+  // The names of the nodes of `role` in `v`, comma-separated.
+  std::string names_in(const cluster_view& v, node_role role) const {
+    std::string out;
+    for (auto& n : v.nodes)
+      if (auto entry = cf_.find(n.name);
+          entry != nullptr && entry->role == role)
+        out += (out.empty() ? "" : ", ") + n.name;
+    return out;
+  }
+
+  caf::actor_system& sys_;
+  node_supervisor_actor sup_;
+  const cluster_file& cf_;
+  seconds grace_;
+  std::vector<role_watch> roles_;
+};
+
+} // namespace
+
 caf::expected<cluster::job_result>
 run_cluster_job(const config::settings& cfg, const cluster_file& cf,
                 const cluster::job_options& opts, std::ostream& log) {
@@ -798,6 +873,8 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
   ro.seed = static_cast<uint64_t>(cfg.integer("workload.seed"));
   ro.time = emulated_time{local_origin(view.origin_unix_ns), spec->time_scale};
   ro.wall_limit = opts.wall_limit;
+  ro.watch = deployment_watch{sys, sup, cf, view,
+                              seconds(cfg.integer("run.role_loss_grace_s"))};
   if (opts.progress)
     ro.progress = [&opts, name = variant->name](uint64_t d, uint64_t t,
                                                 double emulated_s) {

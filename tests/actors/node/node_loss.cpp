@@ -5,12 +5,16 @@
 // process killed with SIGKILL mid-run; every agent still completes, every
 // block verifies, the report counts the rerouted requests and none failed
 // (a result is counted once); a node started again under its name joins again
-// and is used again.
+// and is used again. When every decode node dies, or the scheduler node, the
+// driver fails within seconds naming what was lost (not at
+// run.wall_limit_s).
 #include <doctest/doctest.h>
 
 #include <nlohmann/json.hpp>
 
 #include "tests/actors/node/deployment.hpp"
+
+#include <chrono>
 
 using namespace dualpath::test;
 using nlohmann::json;
@@ -74,9 +78,12 @@ TEST_CASE("kill -9 of the prefill node mid-run: it comes back, every agent "
   auto settings = deployment_settings(16, 3, 10);
   deployment d{dir, cluster, settings};
   REQUIRE_MESSAGE(d.wait_joined(std::chrono::seconds(30)), d.logs());
+  // The driver waits out the restart (under ASan a node takes seconds to
+  // start) instead of failing after run.role_loss_grace_s without a prefill
+  // engine.
   background_process run{
       with({dualpath_binary(), "run", "--json", "--cluster", cluster},
-           settings),
+           with(settings, {"--set", "run.role_loss_grace_s=120"})),
       dir.file("run.out"), dir.file("run.err")};
   REQUIRE_MESSAGE(run.wait_err("requests 16/", std::chrono::seconds(240)),
                   (run.err() + d.logs()));
@@ -94,4 +101,68 @@ TEST_CASE("kill -9 of the prefill node mid-run: it comes back, every agent "
   CHECK(got["reroutes"].get<int>() > 0);
   MESSAGE("rerouted requests: " << got["reroutes"]);
   CHECK(d.node(0).out().find("node pe0 left the cluster") != std::string::npos);
+}
+
+namespace {
+
+// Starts a job on a fresh deployment, kills the nodes `victims` once 16
+// requests completed and returns the driver's exit status and how long it
+// took to exit after the kill; `run_err` gets its stderr.
+int kill_mid_job(const std::vector<size_t>& victims, double& exit_after_s,
+                 std::string& run_err) {
+  temp_dir dir;
+  deployment_ports ports;
+  auto cluster = dir.file("cluster.toml");
+  write_file(cluster, cluster_toml(ports, dir.file("store"), false));
+  auto settings = deployment_settings(16, 3, 10);
+  deployment d{dir, cluster, settings};
+  REQUIRE_MESSAGE(d.wait_joined(std::chrono::seconds(30)), d.logs());
+  background_process run{
+      with({dualpath_binary(), "run", "--json", "--cluster", cluster},
+           settings),
+      dir.file("run.out"), dir.file("run.err")};
+  REQUIRE_MESSAGE(run.wait_err("requests 16/", std::chrono::seconds(240)),
+                  (run.err() + d.logs()));
+  auto killed = std::chrono::steady_clock::now();
+  for (auto i : victims)
+    d.node(i).signal(SIGKILL);
+  for (auto i : victims)
+    CHECK(d.node(i).wait() == 128 + SIGKILL);
+  // run.wall_limit_s is 600 s: without the watch the driver is still
+  // waiting when this limit kills it.
+  auto status = run.wait_for(std::chrono::seconds(60));
+  exit_after_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed)
+          .count();
+  run_err = run.err();
+  MESSAGE("driver exited " << exit_after_s << " s after the kill, status "
+                           << status);
+  return status;
+}
+
+} // namespace
+
+TEST_CASE("every decode node killed mid-job: the driver fails at once naming "
+          "the lost role") {
+  double after_s = 0;
+  std::string err;
+  auto status = kill_mid_job({2, 3}, after_s, err);
+  CHECK_MESSAGE(status == 1, err);
+  CHECK_MESSAGE(err.find("every decode engine left the cluster view (last: ")
+                    != std::string::npos,
+                err);
+  CHECK_MESSAGE(err.find("the job cannot finish") != std::string::npos, err);
+  CHECK_MESSAGE(err.find("requests completed") != std::string::npos, err);
+  // run.role_loss_grace_s (5 s) plus the watch's polls, not 600 s.
+  CHECK(after_s < 30);
+}
+
+TEST_CASE("the scheduler node killed mid-job: the driver fails at once") {
+  double after_s = 0;
+  std::string err;
+  auto status = kill_mid_job({0}, after_s, err);
+  CHECK_MESSAGE(status == 1, err);
+  CHECK_MESSAGE(err.find("lost the scheduler node sched") != std::string::npos,
+                err);
+  CHECK(after_s < 30);
 }

@@ -8,8 +8,13 @@ function(dualpath_target_defaults target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Werror>)
   if(DUALPATH_SANITIZE STREQUAL "address")
+    # -Wno-maybe-uninitialized: optimised (CI builds ASan at -O1), GCC 12's
+    # flow analysis under -fsanitize=address,undefined reports libstdc++'s
+    # own std::regex internals (a std::function in _StateT) as maybe
+    # uninitialized. The plain build (-O2) keeps the warning as an error,
+    # so a real case still fails CI's first step.
     target_compile_options(${target} PRIVATE
-      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -fsanitize-recover=null>)
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -fsanitize-recover=null -Wno-maybe-uninitialized>)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   elseif(DUALPATH_SANITIZE STREQUAL "thread")
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread>)

@@ -761,7 +761,10 @@ time_point h2d_next_layer(self_ptr self, de_request& r, time_point now) {
   if (link && link->rate() > 0 && cfg.hooks && cfg.hooks->tracing()) {
     auto busy = std::chrono::nanoseconds(
         static_cast<int64_t>(double(nominal) * 1e9 / double(link->rate())));
-    span(cfg, "cnic", r.lane, "h2d", r.id, static_cast<int32_t>(k),
+    // One slice of the prompt's copy per layer, without a layer number: it
+    // is the decode GPU's load of the whole prompt, not a step of the
+    // prefill's layer pipeline (whose per-layer h2d carries the layer).
+    span(cfg, "cnic", r.lane, "h2d", r.id, -1,
          since_start(cfg.time, std::max(now, rx - busy)),
          since_start(cfg.time, rx), nominal, " rx");
   }

@@ -195,8 +195,11 @@ TEST_CASE("a DRAM buffer too small for the load: reads wait, none fails") {
     CHECK(t["blocks_persisted"] == r["blocks_persisted"]);
     CHECK(t["buffer_waits"].get<uint64_t>() > 0);
     CHECK(r["buffer_waits"].get<uint64_t>() == 0);
-    // Waiting costs time; it never makes a job faster.
-    CHECK(t["jct_s"].get<double>() >= r["jct_s"].get<double>());
+    // Waiting buys no time. Not strictly monotone: fewer reads in flight
+    // share the decode node's DRAM with fewer copies, so the order of
+    // completions moves a little (since the layer-by-layer copy into GPU
+    // memory, 5f78079, the tight runs end 0.1-0.4% sooner; before, later).
+    CHECK(t["jct_s"].get<double>() >= 0.99 * r["jct_s"].get<double>());
   }
   // Both sides read: the decode side's reads are the ones that waited most.
   CHECK(tight["modes"]["dualpath"]["bytes_read_de_side"].get<uint64_t>() > 0);

@@ -310,12 +310,15 @@ caf::expected<replay_outcome> replay(caf::actor_system& sys,
       if (!opts.watch)
         continue;
       auto why = opts.watch();
-      if (why.empty()
+      if (!why
           || fut.wait_for(std::chrono::seconds(0)) == std::future_status::ready)
         continue;
       caf::anon_send_exit(driver, caf::exit_reason::user_shutdown);
+      auto reason = why.context().match_elements<std::string>()
+                        ? why.context().get_as<std::string>(0)
+                        : sys.render(why);
       return caf::make_error(caf::sec::runtime_error,
-                             why + " (" + std::to_string(ctx->done.load())
+                             reason + " (" + std::to_string(ctx->done.load())
                                  + " of " + std::to_string(total)
                                  + " requests completed)");
     }

@@ -37,12 +37,12 @@ struct replay_options {
   /// (done, total, emulated seconds of the latest completion) (optional).
   std::function<void(uint64_t, uint64_t, double)> progress;
   /// Real time only (optional): called from replay()'s own thread every
-  /// `watch_period` while requests are open; a non-empty answer says why the
-  /// job can no longer finish (e.g. every decode node left the deployment)
-  /// and ends the replay at once with that reason instead of waiting for
-  /// the wall limit. May block (it asks remote actors) but should answer
-  /// within a few seconds.
-  std::function<std::string()> watch;
+  /// `watch_period` while requests are open; an error (its context a string
+  /// saying why, e.g. every decode node left the deployment) means the job
+  /// can no longer finish and ends the replay at once with that reason
+  /// instead of waiting for the wall limit. May block (it asks remote
+  /// actors) but should answer within a few seconds.
+  std::function<caf::error()> watch;
   std::chrono::milliseconds watch_period{1000};
 };
 

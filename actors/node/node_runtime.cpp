@@ -701,14 +701,16 @@ public:
       roles_.push_back(role_watch{role, names_in(first, role), {}});
   }
 
-  /// Empty while the job can finish, else why it cannot.
-  std::string operator()() {
+  /// None while the job can finish, else why it cannot.
+  caf::error operator()() {
     auto& sn = cf_.scheduler_node();
     auto v = ask_view(sys_, sup_, seconds(5));
     if (!v)
-      return "lost the scheduler node " + sn.name + " (" + sn.host + ":"
-             + std::to_string(sn.port) + "): " + sys_.render(v.error())
-             + "; the job cannot finish";
+      return caf::make_error(caf::sec::runtime_error,
+                             "lost the scheduler node " + sn.name + " ("
+                                 + sn.host + ":" + std::to_string(sn.port)
+                                 + "): " + sys_.render(v.error())
+                                 + "; the job cannot finish");
     auto now = steady_clock::now();
     for (auto& r : roles_) {
       auto names = names_in(*v, r.role);
@@ -720,14 +722,16 @@ public:
       if (!r.gone_since)
         r.gone_since = now;
       if (now - *r.gone_since >= grace_)
-        return "every " + to_string(r.role)
-               + " engine left the cluster view (last: " + r.last + ", gone "
-               + std::to_string(
-                   duration_cast<seconds>(now - *r.gone_since).count())
-               + " s; run.role_loss_grace_s = " + std::to_string(grace_.count())
-               + "); the job cannot finish";
+        return caf::make_error(
+            caf::sec::runtime_error,
+            "every " + to_string(r.role)
+                + " engine left the cluster view (last: " + r.last + ", gone "
+                + std::to_string(
+                    duration_cast<seconds>(now - *r.gone_since).count())
+                + " s; run.role_loss_grace_s = "
+                + std::to_string(grace_.count()) + "); the job cannot finish");
     }
-    return {};
+    return caf::none;
   }
 
 private:

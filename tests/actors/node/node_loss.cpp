@@ -105,11 +105,16 @@ TEST_CASE("kill -9 of the prefill node mid-run: it comes back, every agent "
 
 namespace {
 
-// Starts a job on a fresh deployment, kills the nodes `victims` once 16
-// requests completed and returns the driver's exit status and how long it
-// took to exit after the kill; `run_err` gets its stderr.
-int kill_mid_job(const std::vector<size_t>& victims, double& exit_after_s,
-                 std::string& run_err) {
+// What the driver did after nodes were killed under it.
+struct driver_exit {
+  int status = 0;
+  double after_s = 0; ///< From the kill to the driver's exit.
+  std::string err;    ///< Its stderr.
+};
+
+// Starts a job on a fresh deployment and kills the nodes `victims` once 16
+// requests completed.
+driver_exit kill_mid_job(const std::vector<size_t>& victims) {
   temp_dir dir;
   deployment_ports ports;
   auto cluster = dir.file("cluster.toml");
@@ -130,39 +135,37 @@ int kill_mid_job(const std::vector<size_t>& victims, double& exit_after_s,
     CHECK(d.node(i).wait() == 128 + SIGKILL);
   // run.wall_limit_s is 600 s: without the watch the driver is still
   // waiting when this limit kills it.
-  auto status = run.wait_for(std::chrono::seconds(60));
-  exit_after_s =
+  driver_exit x;
+  x.status = run.wait_for(std::chrono::seconds(60));
+  x.after_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed)
           .count();
-  run_err = run.err();
-  MESSAGE("driver exited " << exit_after_s << " s after the kill, status "
-                           << status);
-  return status;
+  x.err = run.err();
+  MESSAGE("driver exited " << x.after_s << " s after the kill, status "
+                           << x.status);
+  return x;
 }
 
 } // namespace
 
 TEST_CASE("every decode node killed mid-job: the driver fails at once naming "
           "the lost role") {
-  double after_s = 0;
-  std::string err;
-  auto status = kill_mid_job({2, 3}, after_s, err);
-  CHECK_MESSAGE(status == 1, err);
-  CHECK_MESSAGE(err.find("every decode engine left the cluster view (last: ")
+  auto x = kill_mid_job({2, 3});
+  CHECK_MESSAGE(x.status == 1, x.err);
+  CHECK_MESSAGE(x.err.find("every decode engine left the cluster view (last: ")
                     != std::string::npos,
-                err);
-  CHECK_MESSAGE(err.find("the job cannot finish") != std::string::npos, err);
-  CHECK_MESSAGE(err.find("requests completed") != std::string::npos, err);
+                x.err);
+  CHECK_MESSAGE(x.err.find("the job cannot finish") != std::string::npos,
+                x.err);
+  CHECK_MESSAGE(x.err.find("requests completed") != std::string::npos, x.err);
   // run.role_loss_grace_s (5 s) plus the watch's polls, not 600 s.
-  CHECK(after_s < 30);
+  CHECK(x.after_s < 30);
 }
 
 TEST_CASE("the scheduler node killed mid-job: the driver fails at once") {
-  double after_s = 0;
-  std::string err;
-  auto status = kill_mid_job({0}, after_s, err);
-  CHECK_MESSAGE(status == 1, err);
-  CHECK_MESSAGE(err.find("lost the scheduler node sched") != std::string::npos,
-                err);
-  CHECK(after_s < 30);
+  auto x = kill_mid_job({0});
+  CHECK_MESSAGE(x.status == 1, x.err);
+  CHECK_MESSAGE(
+      x.err.find("lost the scheduler node sched") != std::string::npos, x.err);
+  CHECK(x.after_s < 30);
 }

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include <arpa/inet.h>
@@ -71,8 +73,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(srv.port());
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    // Say why: a refused connect means the server stopped listening (a
+    // finding), a local errno (EADDRNOTAVAIL, EMFILE) the host ran out.
+    std::fprintf(stderr, "fuzz_http_request: connect to 127.0.0.1:%u: %s\n",
+                 static_cast<unsigned>(srv.port()), std::strerror(errno));
     std::abort();
+  }
   // The server may answer and close before reading everything.
   size_t off = 0;
   while (off < size) {

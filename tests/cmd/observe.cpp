@@ -8,6 +8,8 @@
 //  - --trace writes valid Chrome trace-event JSON in which every request has
 //    its prefill and decode spans and every layer of every request its
 //    compute and send spans inside them, and every track nests;
+//  - docs/observability.md lists every family served, with its type and
+//    its labels;
 //  - the extension example (storage.reader = "prefetching") runs in a small
 //    run, verifies every block, and its own metrics reach /metrics.
 #include <doctest/doctest.h>
@@ -110,9 +112,6 @@ double total(const std::map<std::string, double>& xs,
   return sum;
 }
 
-// Parses `text` with the Prometheus project's own parser (Debian's
-// python3-prometheus-client, installed by setup.sh): the number of metric
-// families, -1 when the parser refused the text, -2 when it is not installed.
 // Runs `cmd` (a shell command line); its exit status and output.
 std::pair<int, std::string> shell(const std::string& cmd) {
   std::string out;
@@ -127,9 +126,102 @@ std::pair<int, std::string> shell(const std::string& cmd) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+// One row of docs/observability.md's metric table: its type and every name
+// in backticks of its labels column (the label names and their values).
+struct documented_metric {
+  std::string type;
+  std::set<std::string> labels;
+};
+
+// The metric table of docs/observability.md: rows `| `name`[, `name`] | type |
+// unit | labels | meaning |`, by family name.
+std::map<std::string, documented_metric> documented_metrics() {
+  std::ifstream in{std::string{DUALPATH_SOURCE_DIR} + "/docs/observability.md"};
+  REQUIRE_MESSAGE(in.good(), "cannot read docs/observability.md");
+  static const std::regex quoted{"`([^`]+)`"};
+  std::map<std::string, documented_metric> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("| `dualpath_", 0) != 0)
+      continue;
+    std::vector<std::string> cells;
+    std::istringstream row{line.substr(1)};
+    std::string cell;
+    while (std::getline(row, cell, '|'))
+      cells.push_back(cell);
+    REQUIRE_MESSAGE(cells.size() >= 5, "short metric row: " << line);
+    documented_metric d;
+    std::istringstream type{cells[1]};
+    type >> d.type;
+    for (std::sregex_iterator i{cells[3].begin(), cells[3].end(), quoted}, end;
+         i != end; ++i)
+      d.labels.insert((*i)[1]);
+    for (std::sregex_iterator i{cells[0].begin(), cells[0].end(), quoted}, end;
+         i != end; ++i)
+      out[(*i)[1]] = d;
+  }
+  REQUIRE_MESSAGE(out.size() >= 20, "docs/observability.md: no metric table");
+  return out;
+}
+
+// docs/observability.md lists every family of a scrape with its type and
+// every label its series carry (a histogram's `le` aside): the metric
+// reference is what the endpoint serves now.
+void check_documented(const std::string& text) {
+  static const auto docs = documented_metrics();
+  static const std::regex type_line{R"(^# TYPE (\S+) (\S+)$)"};
+  static const std::regex label{
+      R"(([a-zA-Z_][a-zA-Z0-9_]*)="(?:[^"\\]|\\.)*")"};
+  std::map<std::string, std::string> types;
+  std::istringstream in{text};
+  std::string line;
+  while (std::getline(in, line)) {
+    std::smatch m;
+    if (std::regex_match(line, m, type_line)) {
+      types[m[1]] = m[2];
+      auto doc = docs.find(m[1]);
+      CHECK_MESSAGE(doc != docs.end(),
+                    m[1] << " is served but not in docs/observability.md");
+      if (doc != docs.end())
+        CHECK_MESSAGE(doc->second.type == m[2].str(), m[1] << " is a " << m[2]
+                                                           << ", documented as "
+                                                           << doc->second.type);
+      continue;
+    }
+    if (line.empty() || line[0] == '#')
+      continue;
+    auto name = line.substr(0, line.find_first_of("{ "));
+    auto family = name;
+    for (std::string suffix : {"_bucket", "_sum", "_count"})
+      if (types.count(family) == 0 && family.size() > suffix.size()
+          && family.compare(family.size() - suffix.size(), suffix.size(),
+                            suffix)
+                 == 0)
+        family.resize(family.size() - suffix.size());
+    auto doc = docs.find(family);
+    if (doc == docs.end())
+      continue; // reported at its # TYPE line
+    auto open = line.find('{');
+    auto close = line.rfind('}');
+    if (open == std::string::npos || close == std::string::npos)
+      continue;
+    auto labels = line.substr(open + 1, close - open - 1);
+    for (std::sregex_iterator i{labels.begin(), labels.end(), label}, end;
+         i != end; ++i) {
+      auto key = (*i)[1].str();
+      if (key == "le" && types[family] == "histogram")
+        continue;
+      CHECK_MESSAGE(doc->second.labels.count(key) == 1,
+                    family << " carries label " << key
+                           << ", not in its docs/observability.md row");
+    }
+  }
+}
+
 // Every scrape passes the ecosystem's own checks: `promtool check metrics`
 // (Prometheus's linter: types, _total counters, units, help) and the
-// official Python client's parser. Both come from Debian packages that
+// official Python client's parser; and docs/observability.md documents what
+// it serves. Both come from Debian packages that
 // setup.sh installs (prometheus, python3-prometheus-client); a missing
 // tool fails the test, never skips it.
 void check_every_scrape(const temp_dir& dir,
@@ -156,6 +248,7 @@ void check_every_scrape(const temp_dir& dir,
               + file);
     CHECK_MESSAGE(parsed.first == 0, "prometheus_client: " << parsed.second);
     CHECK(std::atoi(parsed.second.c_str()) >= 20);
+    check_documented(text);
   }
 }
 

@@ -62,6 +62,37 @@ bool known_status(int s) {
   }
 }
 
+// A blocking connect() that a signal interrupted (libFuzzer's timer ticks
+// every second; a loopback connect waits when the server's accept queue is
+// full and the SYN is retried) goes on in the background: waits up to 5 s
+// for it and takes its outcome. False with errno set when it failed.
+bool connected_after_interrupt(int fd, int err) {
+  if (err != EINTR) {
+    errno = err;
+    return false;
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
+    pollfd p{fd, POLLOUT, 0};
+    auto ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0)));
+    if (ready < 0 && errno == EINTR)
+      continue;
+    if (ready <= 0) {
+      errno = ETIMEDOUT;
+      return false;
+    }
+    int so_error = 0;
+    socklen_t len = sizeof(so_error);
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0)
+      return false;
+    errno = so_error;
+    return so_error == 0;
+  }
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -73,7 +104,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   addr.sin_family = AF_INET;
   addr.sin_port = htons(srv.port());
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0
+      && !connected_after_interrupt(fd, errno)) {
     // Say why: a refused connect means the server stopped listening (a
     // finding), a local errno (EADDRNOTAVAIL, EMFILE) the host ran out.
     std::fprintf(stderr, "fuzz_http_request: connect to 127.0.0.1:%u: %s\n",
@@ -84,6 +116,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t off = 0;
   while (off < size) {
     auto n = ::send(fd, data + off, size - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR)
+      continue;
     if (n <= 0)
       break;
     off += static_cast<size_t>(n);

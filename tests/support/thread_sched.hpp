@@ -7,11 +7,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <future>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <caf/error.hpp>
 
@@ -42,6 +45,23 @@ inline thread_view on_new_thread(const std::function<caf::error()>& set) {
   auto v = p.get_future().get();
   t.join();
   return v;
+}
+
+/// Policy (sched_getscheduler) and niceness of each of this process's
+/// threads named `comm` now, read from the thread list in /proc/self/task.
+inline std::vector<std::pair<int, int>> threads_now(const std::string& comm) {
+  std::vector<std::pair<int, int>> out;
+  for (auto& e : std::filesystem::directory_iterator{"/proc/self/task"}) {
+    std::ifstream in{e.path() / "comm"};
+    std::string name;
+    std::getline(in, name);
+    if (name != comm)
+      continue;
+    auto tid = std::stoi(e.path().filename().string());
+    out.emplace_back(::sched_getscheduler(tid),
+                     ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid)));
+  }
+  return out;
 }
 
 } // namespace dualpath::test

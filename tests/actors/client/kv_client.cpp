@@ -21,6 +21,7 @@
 #include "actors/protocol/register.hpp"
 #include "tests/actors/client/client_support.hpp"
 #include "tests/support/support.hpp"
+#include "tests/support/thread_sched.hpp"
 #include "transport/errors.hpp"
 #include "transport/storage/backend.hpp"
 #include "transport/storage/block_store.hpp"
@@ -370,22 +371,6 @@ TEST_CASE("bad input is refused naming what was wrong") {
 
 namespace {
 
-// Policy and niceness of this process's threads named `comm` now.
-std::vector<std::pair<int, int>> threads_now(const std::string& comm) {
-  std::vector<std::pair<int, int>> out;
-  for (auto& e : std::filesystem::directory_iterator{"/proc/self/task"}) {
-    std::ifstream in{e.path() / "comm"};
-    std::string name;
-    std::getline(in, name);
-    if (name != comm)
-      continue;
-    auto tid = std::stoi(e.path().filename().string());
-    out.emplace_back(::sched_getscheduler(tid),
-                     ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid)));
-  }
-  return out;
-}
-
 // Policy and niceness of this process's threads named `comm`, once there
 // are any (the reader starts its I/O threads when its actor first runs);
 // empty if none appears within 5 s.
@@ -394,11 +379,11 @@ std::vector<std::pair<int, int>> threads_named(const std::string& comm) {
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds{5};
   while (out.empty() && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds{10});
-    out = threads_now(comm);
+    out = test::threads_now(comm);
   }
   // A thread is named before its class is set: read it again after that.
   std::this_thread::sleep_for(std::chrono::milliseconds{200});
-  return threads_now(comm);
+  return test::threads_now(comm);
 }
 
 } // namespace

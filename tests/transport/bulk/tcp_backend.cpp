@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "tests/support/support.hpp"
+#include "tests/support/thread_sched.hpp"
 #include "tests/transport/bulk/raw_client.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/bulk/tcp_handshake.hpp"
@@ -663,15 +664,8 @@ std::vector<std::pair<int, int>> marks_of(Pick pick) {
 /// Scheduling policy of every thread of this process named `comm`.
 std::vector<int> policies_of(const std::string& comm) {
   std::vector<int> out;
-  for (int tid = 1; tid < (1 << 22); ++tid) {
-    std::ifstream in{"/proc/self/task/" + std::to_string(tid) + "/comm"};
-    if (!in)
-      continue;
-    std::string name;
-    std::getline(in, name);
-    if (name == comm)
-      out.push_back(::sched_getscheduler(tid));
-  }
+  for (auto& thread : dualpath::test::threads_now(comm))
+    out.push_back(thread.first);
   return out;
 }
 

@@ -8,6 +8,7 @@
 #
 # Environment: BUILD_DIR, BUILD_TYPE (default RelWithDebInfo), BUILD_TYPE_FLAGS (the
 # compiler flags of that build type, instead of CMake's defaults for it, e.g. "-O1 -g1"),
+# SUITE_FLAGS (extra flags for the test suites' own sources only, e.g. "-O0"),
 # SANITIZE (address|thread), CUDA_ARCH (default 90), JOBS (default nproc).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -42,6 +43,7 @@ build() {
   local args=(-G Ninja -S . -B "$dir" -DCMAKE_BUILD_TYPE="$type")
   [ -n "${BUILD_TYPE_FLAGS:-}" ] && args+=(-DCMAKE_CXX_FLAGS_"${type^^}"="$BUILD_TYPE_FLAGS")
   [ -n "${SANITIZE:-}" ] && args+=(-DDUALPATH_SANITIZE="$SANITIZE")
+  [ -n "${SUITE_FLAGS:-}" ] && args+=(-DDUALPATH_SUITE_FLAGS="$SUITE_FLAGS")
   [ -n "${CUDA_ARCH:-}" ] && args+=(-DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH")
   cmake "${args[@]}" >/dev/null
   cmake --build "$dir" -j "${JOBS:-$(nproc)}"

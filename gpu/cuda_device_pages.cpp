@@ -1,6 +1,7 @@
 // The cuda implementation of gpu::device_pages (gpu/device_pages.hpp): the
-// pages are checked with cudaPointerGetAttributes, staged in portable pinned
-// host memory (cudaHostAlloc) and copied with cudaMemcpyAsync on a
+// pages are checked with cudaPointerGetAttributes (device memory, which
+// device) and cuMemGetAddressRange (all in one allocation), staged in portable
+// pinned host memory (cudaHostAlloc) and copied with cudaMemcpyAsync on a
 // non-blocking stream of their device, then cudaStreamSynchronize.
 #include <cuda_runtime_api.h>
 
@@ -201,14 +202,28 @@ caf::expected<std::unique_ptr<device_pages>> device_pages::make(void* base,
   auto first = device_of(base, "address");
   if (!first)
     return std::move(first.error());
-  auto* last_byte = static_cast<std::byte*>(base) + (bytes - 1);
-  auto last = device_of(last_byte, "the pages' last byte at");
-  if (!last)
-    return std::move(last.error());
-  if (*first != *last)
+  // The whole range in the one allocation that holds its first byte: a
+  // range reaching into unmapped memory, or into a neighbouring allocation
+  // (which may lie on another device or be freed on its own), is refused.
+  auto lib = cuda_driver::library::load();
+  if (!lib)
+    return std::move(lib.error());
+  auto alloc = (*lib)->allocation_of(base);
+  if (!alloc)
     return caf::make_error(gpu_errc::invalid_argument,
-                           "device pages span devices " + std::to_string(*first)
-                               + " and " + std::to_string(*last));
+                           "address " + address_text(base) + ": "
+                               + gpu::describe(alloc.error()));
+  auto offset =
+      static_cast<size_t>(static_cast<const std::byte*>(base)
+                          - static_cast<const std::byte*>(alloc->base));
+  if (offset > alloc->size || bytes > alloc->size - offset)
+    return caf::make_error(
+        gpu_errc::invalid_argument,
+        "device pages at " + address_text(base) + " of " + std::to_string(bytes)
+            + " bytes run past the allocation that holds them ("
+            + address_text(alloc->base) + ", " + std::to_string(alloc->size)
+            + " bytes) by " + std::to_string(offset + bytes - alloc->size)
+            + " bytes: KV pages must lie in one device allocation");
   cudaDeviceProp prop{};
   if (auto err = call("cudaGetDeviceProperties",
                       cudaGetDeviceProperties(&prop, *first)))

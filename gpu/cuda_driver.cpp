@@ -18,6 +18,9 @@ struct library::entry_points {
   CUresult (*device_get_attribute)(int*, CUdevice_attribute,
                                    CUdevice) = nullptr;
   CUresult (*get_error_name)(CUresult, const char**) = nullptr;
+  // cuMemGetAddressRange is a macro for the _v2 entry point (64-bit sizes).
+  CUresult (*mem_get_address_range)(CUdeviceptr*, size_t*,
+                                    CUdeviceptr) = nullptr;
   // Absent from drivers before CUDA 11.7: then no dma-buf export.
   CUresult (*mem_get_handle_for_address_range)(void*, CUdeviceptr, size_t,
                                                CUmemRangeHandleType,
@@ -28,16 +31,22 @@ namespace {
 
 /// "cuMemGetHandleForAddressRange -> CUDA_ERROR_NOT_SUPPORTED" as an error
 /// value; none for CUDA_SUCCESS.
-caf::error driver_call(const library::entry_points& fn, const char* call,
-                       CUresult rc) {
-  if (rc == CUDA_SUCCESS)
-    return caf::none;
+/// "cuMemGetAddressRange -> CUDA_ERROR_INVALID_VALUE (1)".
+std::string result_text(const library::entry_points& fn, const char* call,
+                        CUresult rc) {
   const char* name = nullptr;
   if (fn.get_error_name == nullptr || fn.get_error_name(rc, &name) != 0
       || name == nullptr)
     name = "unknown CUresult";
-  auto what = std::string{call} + " -> " + name + " ("
-              + std::to_string(static_cast<int>(rc)) + ")";
+  return std::string{call} + " -> " + name + " ("
+         + std::to_string(static_cast<int>(rc)) + ")";
+}
+
+caf::error driver_call(const library::entry_points& fn, const char* call,
+                       CUresult rc) {
+  if (rc == CUDA_SUCCESS)
+    return caf::none;
+  auto what = result_text(fn, call, rc);
   if (rc == CUDA_ERROR_NO_DEVICE)
     return caf::make_error(gpu_errc::no_device, "no CUDA device: " + what);
   if (rc == CUDA_ERROR_NOT_SUPPORTED)
@@ -75,12 +84,13 @@ caf::expected<const library*> library::load() {
         || !find(handle, "cuDriverGetVersion", fn.driver_get_version)
         || !find(handle, "cuDeviceGet", fn.device_get)
         || !find(handle, "cuDeviceGetAttribute", fn.device_get_attribute)
-        || !find(handle, "cuGetErrorName", fn.get_error_name)) {
+        || !find(handle, "cuGetErrorName", fn.get_error_name)
+        || !find(handle, "cuMemGetAddressRange_v2", fn.mem_get_address_range)) {
       failure = caf::make_error(gpu_errc::driver_error,
                                 "libcuda.so.1 lacks a basic driver API entry "
                                 "point (cuInit, cuDriverGetVersion, "
                                 "cuDeviceGet, cuDeviceGetAttribute, "
-                                "cuGetErrorName)");
+                                "cuGetErrorName, cuMemGetAddressRange_v2)");
       return;
     }
     find(handle, "cuMemGetHandleForAddressRange",
@@ -139,6 +149,19 @@ caf::expected<int> library::export_dmabuf(const void* base, size_t size) const {
     return caf::make_error(gpu_errc::driver_error,
                            "cuMemGetHandleForAddressRange returned no fd");
   return fd;
+}
+
+caf::expected<library::allocation> library::allocation_of(const void* p) const {
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  auto rc = fn_->mem_get_address_range(&base, &size,
+                                       reinterpret_cast<CUdeviceptr>(p));
+  if (rc != CUDA_SUCCESS)
+    return caf::make_error(gpu_errc::invalid_argument,
+                           "no device-memory allocation holds it ("
+                               + result_text(*fn_, "cuMemGetAddressRange", rc)
+                               + ")");
+  return allocation{reinterpret_cast<const void*>(base), size};
 }
 
 std::string version_text(int version) {

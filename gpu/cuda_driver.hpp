@@ -1,5 +1,6 @@
 // The few CUDA driver API calls the cuda backend needs beyond the runtime
-// (the driver's version, dma-buf support and export), loaded at run time with
+// (the driver's version, dma-buf support and export, the allocation that
+// holds an address), loaded at run time with
 // dlopen("libcuda.so.1") and never linked: programs built with CUDA still
 // start, and choose the host backend, on machines without a driver. The
 // runtime (cudart, linked statically) loads the same library itself.
@@ -37,6 +38,15 @@ public:
   /// A dma-buf file descriptor for [base, base + size) of device memory
   /// (cudaMalloc'd; both page-aligned). The caller owns the fd.
   caf::expected<int> export_dmabuf(const void* base, size_t size) const;
+
+  /// The device-memory allocation that holds `p` (cuMemGetAddressRange: the
+  /// cudaMalloc / cuMemAlloc it came from, or the mapped range of a virtual
+  /// memory reservation). gpu_errc::invalid_argument when `p` lies in none.
+  struct allocation {
+    const void* base = nullptr;
+    size_t size = 0;
+  };
+  caf::expected<allocation> allocation_of(const void* p) const;
 
   /// Loads the driver once per process; gpu_errc::no_device naming dlerror()
   /// when there is none, gpu_errc::driver_error when cuInit fails.

@@ -2,8 +2,9 @@
 // in GPU memory, e.g. a torch CUDA tensor), registered for staged copies
 // without copying or moving the pages themselves.
 //
-// make() checks that [base, base + bytes) is device memory of one CUDA
-// device (cudaPointerGetAttributes on its first and last byte), and sets up a
+// make() checks that [base, base + bytes) is device memory
+// (cudaPointerGetAttributes) lying wholly in the one allocation that holds
+// its first byte (cuMemGetAddressRange), and sets up a
 // pinned host staging area of the same size (cudaHostAlloc, portable) and a
 // non-blocking stream on that device. Host-side transports write into and
 // read from staging(); to_device() and to_host() copy ranges between the
@@ -15,8 +16,9 @@
 // GPU) make() fails with gpu_errc::no_device, "no CUDA device: " and the
 // driver's or runtime's reason; a range that is not device memory (host
 // memory, an address CUDA does not know, a range spilling past its
-// allocation) with gpu_errc::invalid_argument naming the address and what
-// CUDA says it is. Nothing is registered or allocated on failure.
+// allocation, even into a neighbouring one) with gpu_errc::invalid_argument
+// naming the address and what CUDA says it is. Nothing is registered or
+// allocated on failure.
 //
 // Ownership: the caller owns the device memory; it must outlive the
 // device_pages. device_pages owns its staging area and stream (RAII).

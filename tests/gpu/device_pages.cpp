@@ -9,6 +9,7 @@
 // cannot be used fails).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -96,9 +97,14 @@ TEST_CASE("device pages: staged copies land byte-exact in the caller's "
   constexpr size_t n = 16;
   auto buf = (*dev)->allocate(page * n);
   REQUIRE(buf);
-  // The pages spill past their allocation: the last byte is checked.
+  // The pages spill past their allocation (the backend's 64 MiB slab) into
+  // memory no allocation holds.
   auto spill = device_pages::make(buf->data(), page * n + (64 << 20));
-  CHECK_FALSE(spill);
+  REQUIRE_FALSE(spill);
+  CHECK(spill.error() == gpu_errc::invalid_argument);
+  CHECK_MESSAGE(describe(spill.error()).find("run past the allocation")
+                    != std::string::npos,
+                describe(spill.error()));
   auto pages = device_pages::make(buf->data(), page * n);
   REQUIRE_MESSAGE(pages, describe(pages.error()));
   auto& p = **pages;
@@ -130,4 +136,36 @@ TEST_CASE("device pages: staged copies land byte-exact in the caller's "
   // A chunk past the pages is refused, nothing copied.
   auto bad = p.to_device({copy_chunk{0, page * n - 8, 16}});
   CHECK(bad == gpu_errc::out_of_bounds);
+}
+
+TEST_CASE("device pages: a range reaching into a neighbouring allocation is "
+          "refused") {
+  if (!have_device("device pages: neighbouring allocations"))
+    return;
+  // Two device backends' slabs, each its own cudaMalloc; where the second
+  // lies right behind the first, a range over both has device memory at its
+  // first and its last byte and is still refused.
+  device_options opts;
+  opts.backend = backend_choice::cuda;
+  opts.hbm_budget = 2 << 20;
+  auto a = make_cuda_device(opts);
+  REQUIRE_MESSAGE(a, describe(a.error()));
+  auto b = make_cuda_device(opts);
+  REQUIRE_MESSAGE(b, describe(b.error()));
+  auto x = (*a)->allocate(2 << 20);
+  REQUIRE(x);
+  auto y = (*b)->allocate(2 << 20);
+  REQUIRE(y);
+  auto* lo = std::min(x->data(), y->data());
+  auto* hi = std::max(x->data(), y->data());
+  auto whole = device_pages::make(lo, static_cast<size_t>(hi - lo) + (2 << 20));
+  REQUIRE_FALSE(whole);
+  CHECK(whole.error() == gpu_errc::invalid_argument);
+  CHECK_MESSAGE(describe(whole.error()).find("run past the allocation")
+                    != std::string::npos,
+                describe(whole.error()));
+  MESSAGE("the two slabs lie " << (hi - lo) << " bytes apart");
+  // Each slab on its own registers.
+  CHECK(device_pages::make(x->data(), 2 << 20));
+  CHECK(device_pages::make(y->data(), 2 << 20));
 }

@@ -1058,8 +1058,8 @@ TEST_CASE("drop_peer stops a write the peer had begun: no byte of it lands "
     size_t landed = 0;
     while (landed < len && at_return[landed] == payload[landed])
       ++landed;
-    CHECK(landed > 0);    // it was mid-frame...
-    CHECK(landed < len);  // ...and the frame was not finished
+    CHECK(landed > 0);   // it was mid-frame...
+    CHECK(landed < len); // ...and the frame was not finished
     CHECK(std::all_of(at_return.begin() + static_cast<ptrdiff_t>(landed),
                       at_return.end(), [](uint8_t x) { return x == 0; }));
     // The peer goes on: the rest of the frame, and a second whole frame.

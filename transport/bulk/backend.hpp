@@ -230,7 +230,8 @@ public:
   /// threads have let go of them). A frame cut mid-way keeps the bytes that
   /// landed before the call. Later connections and posts work as before
   /// (the next use reconnects). Thread-safe; may block briefly (tcp: one
-  /// receive pass); also from an immediate handler.
+  /// receive pass); from an immediate handler too (tcp: then the other
+  /// class's connections close at the end of that thread's current pass).
   virtual void drop_peer(const std::string& peer) = 0;
 
 protected:

@@ -69,10 +69,15 @@ public:
   /// Hands over an authenticated connection (from the control loop).
   void adopt(std::unique_ptr<in_conn> c);
 
-  /// Closes this loop's connections of `peer` and returns once the thread
-  /// no longer reads them (or has stopped); from the loop's own thread it
-  /// only marks them, and the current pass stops reading them.
-  void drop_peer(const std::string& peer);
+  /// Closes this loop's connections of `peer`; with `wait`, returns once
+  /// the thread no longer reads them (or has stopped). From the loop's own
+  /// thread it only marks them, and the current pass stops reading them.
+  void drop_peer(const std::string& peer, bool wait);
+
+  /// True when called on this loop's thread.
+  bool on_own_thread() const {
+    return std::this_thread::get_id() == thread_.get_id();
+  }
 
 private:
   /// A drop_peer() waiting for this loop's thread.
@@ -180,9 +185,14 @@ void tcp_receiver::drop_peer(const std::string& peer) {
     std::lock_guard<std::mutex> guard{marks_mtx_};
     marks_[peer] = accepted_.load();
   }
+  // From a receive thread (an immediate handler) waiting for the other
+  // loop could wait for a handler of its own that waits for us.
+  bool inside = false;
+  for (auto& l : loops_)
+    inside = inside || (l && l->on_own_thread());
   for (auto& l : loops_)
     if (l)
-      l->drop_peer(peer);
+      l->drop_peer(peer, !inside);
 }
 
 bool tcp_receiver::dropped(const std::string& peer, uint64_t serial) {
@@ -222,8 +232,8 @@ void tcp_receiver::loop::stop() {
   drops_cv_.notify_all();
 }
 
-void tcp_receiver::loop::drop_peer(const std::string& peer) {
-  if (std::this_thread::get_id() == thread_.get_id()) {
+void tcp_receiver::loop::drop_peer(const std::string& peer, bool wait) {
+  if (on_own_thread()) {
     // From an immediate handler of this very thread: waiting would wait
     // for ourselves. Marking is enough: on_readable() stops at a dead
     // connection once the handler returns, and the pass closes it.
@@ -241,7 +251,8 @@ void tcp_receiver::loop::drop_peer(const std::string& peer) {
   has_drops_ = true;
   // A failed wake-up costs at most the 20 ms poll.
   static_cast<void>(poll_.wake());
-  drops_cv_.wait(guard, [&] { return req->done; });
+  if (wait)
+    drops_cv_.wait(guard, [&] { return req->done; });
 }
 
 void tcp_receiver::loop::serve_drops() {

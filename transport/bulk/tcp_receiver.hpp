@@ -52,9 +52,11 @@ public:
   /// of `peer` still mid-handshake at the call is refused when its hello
   /// arrives. Connections `peer` opens after the call are served as usual
   /// (a reconnect works). Blocks for at most one receive pass of each
-  /// thread (a few milliseconds); called from a receive thread (an
-  /// immediate handler) it does not wait for its own thread, whose current
-  /// pass stops reading that peer when the handler returns.
+  /// thread (a few milliseconds). Called from a receive thread (an
+  /// immediate handler) it waits for no thread (two handlers dropping at
+  /// once would wait for each other): the calling thread stops reading the
+  /// peer when the handler returns, the other closes the peer's
+  /// connections at the end of its current pass.
   void drop_peer(const std::string& peer);
 
   /// The port the listener is bound to (after start()).

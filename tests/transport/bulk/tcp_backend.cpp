@@ -1128,3 +1128,50 @@ TEST_CASE("drop_peer on the receiving backend cuts a large write of a real "
   CHECK(!again.get(20s).error);
   CHECK(dst == src_bytes);
 }
+
+TEST_CASE("drop_peer from an immediate handler returns at once and the "
+          "frames behind the immediate do not land") {
+  auto b = make(opts_for("b"));
+  const size_t len = 64 << 10;
+  std::vector<uint8_t> dst(2 * len, 0);
+  auto reg = b->register_region(dst.data(), dst.size());
+  auto d = reg->describe();
+  auto payload = pattern(2 * len, 41);
+  std::promise<void> dropped;
+  b->on_immediate([&](const incoming_immediate& x) {
+    if (x.from_node == "p" && x.value == 5) {
+      b->drop_peer("p"); // on the receive thread: must not wait for itself
+      dropped.set_value();
+    }
+  });
+  int fd = connect_raw(*b);
+  REQUIRE(dualpath::test::raw_bulk_auth(fd, "s3cr3t", "p"));
+  // Frame 1 (first half, immediate 5) and frame 2 (second half) in one go.
+  auto h1 =
+      wire::make_header(d.region_id, d.key, 0, len, traffic_class::control);
+  wire::set_immediate(h1, 5);
+  h1.seq = 1;
+  auto h2 =
+      wire::make_header(d.region_id, d.key, len, len, traffic_class::control);
+  h2.seq = 2;
+  std::vector<uint8_t> wire_bytes;
+  auto put = [&](const void* p, size_t n) {
+    auto c = static_cast<const uint8_t*>(p);
+    wire_bytes.insert(wire_bytes.end(), c, c + n);
+  };
+  put(&h1, sizeof(h1));
+  put(payload.data(), len);
+  put(&h2, sizeof(h2));
+  put(payload.data() + len, len);
+  REQUIRE(send_all(fd, wire_bytes.data(), wire_bytes.size()));
+  auto got = dropped.get_future();
+  REQUIRE(got.wait_for(5s) == std::future_status::ready);
+  CHECK(closed_by_peer(fd));
+  ::close(fd);
+  std::this_thread::sleep_for(100ms);
+  b->on_immediate({});
+  // Synchronised by the handler's promise and the closed connection.
+  CHECK(std::memcmp(dst.data(), payload.data(), len) == 0);
+  CHECK(std::all_of(dst.begin() + static_cast<ptrdiff_t>(len), dst.end(),
+                    [](uint8_t x) { return x == 0; }));
+}

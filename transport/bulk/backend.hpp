@@ -222,7 +222,16 @@ public:
 
   virtual counters stats() const = 0;
 
-  /// Drops every connection to `peer` (pending batches fail with peer_lost).
+  /// Drops every connection to and from `peer`: pending batches to it fail
+  /// with peer_lost, and once the call returns no byte of a write `peer`
+  /// had begun (or sends later on a connection opened before the call) is
+  /// written into any of our registered regions (verbs: the queue pair is
+  /// destroyed; tcp: its inbound connections are closed and the receive
+  /// threads have let go of them). A frame cut mid-way keeps the bytes that
+  /// landed before the call. Later connections and posts work as before
+  /// (the next use reconnects). Thread-safe; may block briefly (tcp: one
+  /// receive pass); from an immediate handler too (tcp: then the other
+  /// class's connections close at the end of that thread's current pass).
   virtual void drop_peer(const std::string& peer) = 0;
 
 protected:

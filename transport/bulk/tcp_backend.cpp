@@ -112,7 +112,11 @@ public:
   }
 
   void drop_peer(const std::string& peer) override {
+    // Outbound: its lanes close the connections and fail what is pending
+    // (asynchronously). Inbound: closed before the return, so no write the
+    // peer had begun lands later (tcp_receiver::drop_peer).
     sender_.drop_peer(peer);
+    receiver_.drop_peer(peer);
   }
 
 protected:

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -30,6 +31,7 @@ struct in_conn {
   in_state st = in_state::auth;
   traffic_class tclass = traffic_class::control;
   std::string peer;
+  uint64_t serial = 0; ///< Order of acceptance (tcp_receiver::accepted_).
   nonce sent{};
   std::array<uint8_t, sizeof(wire::hello)> buf{};
   size_t have = 0;
@@ -67,8 +69,26 @@ public:
   /// Hands over an authenticated connection (from the control loop).
   void adopt(std::unique_ptr<in_conn> c);
 
+  /// Closes this loop's connections of `peer`; with `wait`, returns once
+  /// the thread no longer reads them (or has stopped). From the loop's own
+  /// thread it only marks them, and the current pass stops reading them.
+  void drop_peer(const std::string& peer, bool wait);
+
+  /// True when called on this loop's thread.
+  bool on_own_thread() const {
+    return std::this_thread::get_id() == thread_.get_id();
+  }
+
 private:
+  /// A drop_peer() waiting for this loop's thread.
+  struct drop_request {
+    std::string peer;
+    bool done = false;
+  };
+
   void run();
+  void serve_drops();
+  void close_now(int fd);
   void add(std::unique_ptr<in_conn> c);
   void on_readable(in_conn& c);
   bool set_lowat(in_conn& c);
@@ -89,6 +109,11 @@ private:
   std::atomic<bool> stop_{false};
   std::mutex adopt_mtx_;
   std::vector<std::unique_ptr<in_conn>> adopted_;
+  // Drop requests, under adopt_mtx_; `has_drops_` spares the lock per pass.
+  std::vector<std::shared_ptr<drop_request>> drops_;
+  std::atomic<bool> has_drops_{false};
+  bool stopped_ = false; ///< Under adopt_mtx_: no request is served anymore.
+  std::condition_variable drops_cv_;
   std::unordered_map<int, std::unique_ptr<in_conn>> conns_;
   std::vector<int> doomed_;
   std::vector<uint8_t> scratch_ = std::vector<uint8_t>(64 * 1024);
@@ -152,6 +177,30 @@ void tcp_receiver::stop() {
       l->stop();
 }
 
+void tcp_receiver::drop_peer(const std::string& peer) {
+  {
+    // First the mark: a connection of `peer` accepted before now that a
+    // loop adds or authenticates from here on is closed there, so none
+    // slips between the loops while they serve the request.
+    std::lock_guard<std::mutex> guard{marks_mtx_};
+    marks_[peer] = accepted_.load();
+  }
+  // From a receive thread (an immediate handler) waiting for the other
+  // loop could wait for a handler of its own that waits for us.
+  bool inside = false;
+  for (auto& l : loops_)
+    inside = inside || (l && l->on_own_thread());
+  for (auto& l : loops_)
+    if (l)
+      l->drop_peer(peer, !inside);
+}
+
+bool tcp_receiver::dropped(const std::string& peer, uint64_t serial) {
+  std::lock_guard<std::mutex> guard{marks_mtx_};
+  auto i = marks_.find(peer);
+  return i != marks_.end() && serial < i->second;
+}
+
 // -- loop ---------------------------------------------------------------------
 
 caf::error tcp_receiver::loop::start(int listen_fd) {
@@ -174,6 +223,71 @@ void tcp_receiver::loop::stop() {
   if (thread_.joinable())
     thread_.join();
   conns_.clear();
+  std::lock_guard<std::mutex> guard{adopt_mtx_};
+  adopted_.clear();
+  stopped_ = true; // every connection is closed: nothing left to wait for
+  for (auto& r : drops_)
+    r->done = true;
+  drops_.clear();
+  drops_cv_.notify_all();
+}
+
+void tcp_receiver::loop::drop_peer(const std::string& peer, bool wait) {
+  if (on_own_thread()) {
+    // From an immediate handler of this very thread: waiting would wait
+    // for ourselves. Marking is enough: on_readable() stops at a dead
+    // connection once the handler returns, and the pass closes it.
+    for (auto& [fd, c] : conns_)
+      if (c->st != in_state::auth && c->peer == peer)
+        drop(*c);
+    return;
+  }
+  auto req = std::make_shared<drop_request>();
+  req->peer = peer;
+  std::unique_lock<std::mutex> guard{adopt_mtx_};
+  if (stopped_)
+    return;
+  drops_.push_back(req);
+  has_drops_ = true;
+  // A failed wake-up costs at most the 20 ms poll.
+  static_cast<void>(poll_.wake());
+  if (wait)
+    drops_cv_.wait(guard, [&] { return req->done; });
+}
+
+void tcp_receiver::loop::serve_drops() {
+  std::vector<std::shared_ptr<drop_request>> reqs;
+  std::vector<std::unique_ptr<in_conn>> got;
+  {
+    std::lock_guard<std::mutex> guard{adopt_mtx_};
+    reqs.swap(drops_);
+    got.swap(adopted_);
+    has_drops_ = false;
+  }
+  // Handed-over connections first (add() closes those the mark covers).
+  for (auto& c : got)
+    add(std::move(c));
+  std::vector<int> victims;
+  for (auto& r : reqs)
+    for (auto& [fd, c] : conns_)
+      if (c->st != in_state::auth && c->peer == r->peer)
+        victims.push_back(fd);
+  for (auto fd : victims)
+    close_now(fd);
+  std::lock_guard<std::mutex> guard{adopt_mtx_};
+  for (auto& r : reqs)
+    r->done = true;
+  drops_cv_.notify_all();
+}
+
+void tcp_receiver::loop::close_now(int fd) {
+  auto i = conns_.find(fd);
+  if (i == conns_.end())
+    return;
+  if (i->second->dead)
+    return; // in doomed_: closed at the end of this pass
+  static_cast<void>(poll_.remove(fd));
+  conns_.erase(i); // unpins and closes
 }
 
 void tcp_receiver::loop::adopt(std::unique_ptr<in_conn> c) {
@@ -185,6 +299,8 @@ void tcp_receiver::loop::adopt(std::unique_ptr<in_conn> c) {
 }
 
 void tcp_receiver::loop::add(std::unique_ptr<in_conn> c) {
+  if (c->st != in_state::auth && owner_.dropped(c->peer, c->serial))
+    return; // its peer was dropped while it was handed over: closed
   auto fd = c->fd.get();
   c->watching_out = !c->out.empty();
   uint32_t events = EPOLLIN | (c->watching_out ? EPOLLOUT : 0u);
@@ -230,6 +346,9 @@ void tcp_receiver::loop::run() {
       conns_.erase(fd);
     }
     doomed_.clear();
+    // After the pass: no read of this thread is under way.
+    if (has_drops_.load())
+      serve_drops();
   }
 }
 
@@ -245,6 +364,7 @@ void tcp_receiver::loop::accept_all() {
         || apply_socket_policy(fd->get(), ctx_.opts, traffic_class::control))
       continue; // closed: the client's handshake fails
     auto c = std::make_unique<in_conn>();
+    c->serial = owner_.accepted_.fetch_add(1);
     c->fd = std::move(*fd);
     c->last_progress = clock_type::now();
     append(c->out, make_challenge(c->sent));
@@ -319,6 +439,14 @@ bool tcp_receiver::loop::handle_auth(in_conn& c) {
     drop(c);
     return false;
   }
+  if (owner_.dropped(peer->node, c.serial)) {
+    // Opened before a drop_peer() of its node: the owner no longer trusts
+    // what it would carry.
+    auto w = refusal();
+    static_cast<void>(send_some(c.fd.get(), &w, sizeof(w)));
+    drop(c);
+    return false;
+  }
   c.peer = std::move(peer->node);
   c.tclass = peer->tclass;
   if (apply_socket_policy(c.fd.get(), ctx_.opts, c.tclass)) {
@@ -374,7 +502,7 @@ bool tcp_receiver::loop::handle_header(in_conn& c) {
       c.verdict == transport_errc::none ? in_state::payload : in_state::discard;
   if (h.length == 0)
     finish_frame(c);
-  return true;
+  return !c.dead; // dead: its immediate handler dropped the peer
 }
 
 void tcp_receiver::loop::finish_frame(in_conn& c) {
@@ -434,8 +562,11 @@ void tcp_receiver::loop::on_readable(in_conn& c) {
         c.done += r.bytes;
         budget -= std::min(budget, r.bytes);
         c.last_progress = clock_type::now();
-        if (c.done == c.hdr.length)
+        if (c.done == c.hdr.length) {
           finish_frame(c);
+          if (c.dead)
+            return; // its handler dropped the peer (loop::drop_peer)
+        }
       }
     }
     if (r.status == io_status::would_block)

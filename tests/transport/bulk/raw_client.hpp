@@ -13,8 +13,10 @@
 namespace dualpath::test {
 
 /// The client side of the bulk handshake on `fd` as node `node` with
-/// `secret`; true if the listener welcomed it.
-inline bool raw_bulk_auth(int fd, const std::string& secret, const char* node) {
+/// `secret`, declaring traffic class `tclass` (0 control, 1 kv); true if the
+/// listener welcomed it.
+inline bool raw_bulk_auth(int fd, const std::string& secret, const char* node,
+                          uint8_t tclass = 0) {
   namespace wire = transport::bulk::wire;
   wire::challenge ch{};
   if (::recv(fd, &ch, sizeof(ch), MSG_WAITALL) != sizeof(ch))
@@ -22,7 +24,7 @@ inline bool raw_bulk_auth(int fd, const std::string& secret, const char* node) {
   wire::hello h{};
   h.magic = wire::auth_magic;
   h.version = wire::version;
-  h.tclass = 0;
+  h.tclass = tclass;
   std::strncpy(h.node, node, sizeof(h.node) - 1);
   wire::client_mac(secret, ch.nonce, h);
   if (::send(fd, &h, sizeof(h), MSG_NOSIGNAL) != sizeof(h))

@@ -10,10 +10,12 @@
 
 #include <arpa/inet.h>
 #include <linux/capability.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/ip.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -990,4 +992,180 @@ TEST_CASE("no write completes before its bytes are in the destination") {
   REQUIRE(cv.wait_for(g, 30s, [&] { return outstanding == 0; }));
   CHECK(failures == 0);
   CHECK(mismatches == 0);
+}
+
+namespace {
+
+/// Sends all of `len` bytes on a blocking socket; false once the peer is
+/// gone.
+bool send_all(int fd, const void* data, size_t len) {
+  auto p = static_cast<const uint8_t*>(data);
+  while (len > 0) {
+    auto n = ::send(fd, p, len, MSG_NOSIGNAL);
+    if (n <= 0)
+      return false;
+    p += n;
+    len -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+/// Bytes `fd` has sent that the receiving kernel has not acknowledged.
+int unacked(int fd) {
+  int n = 0;
+  REQUIRE(::ioctl(fd, SIOCOUTQ, &n) == 0);
+  return n;
+}
+
+} // namespace
+
+TEST_CASE("drop_peer stops a write the peer had begun: no byte of it lands "
+          "after the return, and the peer can reconnect") {
+  // A peer played by hand, so that it is mid-frame for sure when dropped:
+  // the header and the first part of the payload, then the drop, then the
+  // rest. The kv threads run at normal priority so the first part is read
+  // promptly on a busy machine.
+  auto o = opts_for("b");
+  o.tcp_kv_sched = tcp_cpu_sched::normal;
+  auto b = make(o);
+  for (auto tc : {traffic_class::control, traffic_class::kv}) {
+    CAPTURE(static_cast<int>(tc));
+    const size_t len = 2 << 20, first = 768 << 10;
+    std::vector<uint8_t> dst(len, 0);
+    auto reg = b->register_region(dst.data(), dst.size());
+    REQUIRE(reg);
+    auto d = reg->describe();
+    auto payload = pattern(len, 21 + static_cast<uint32_t>(tc));
+    int fd = connect_raw(*b);
+    REQUIRE(dualpath::test::raw_bulk_auth(fd, "s3cr3t", "p",
+                                          static_cast<uint8_t>(tc)));
+    auto h = wire::make_header(d.region_id, d.key, 0, len, tc);
+    REQUIRE(send_all(fd, &h, sizeof(h)));
+    REQUIRE(send_all(fd, payload.data(), first));
+    // The receiving kernel has the first part; give the thread time to
+    // read it (checked below, after the drop, without racing the thread).
+    REQUIRE(eventually([&] { return unacked(fd) == 0; }));
+    std::this_thread::sleep_for(200ms);
+    b->drop_peer("p");
+    // drop_peer() synchronised with the receive threads: reading is safe.
+    auto at_return = dst;
+    size_t landed = 0;
+    while (landed < len && at_return[landed] == payload[landed])
+      ++landed;
+    CHECK(landed > 0);   // it was mid-frame...
+    CHECK(landed < len); // ...and the frame was not finished
+    CHECK(std::all_of(at_return.begin() + static_cast<ptrdiff_t>(landed),
+                      at_return.end(), [](uint8_t x) { return x == 0; }));
+    // The peer goes on: the rest of the frame, and a second whole frame.
+    send_all(fd, payload.data() + first, len - first);
+    auto h2 = wire::make_header(d.region_id, d.key, 0, len, tc);
+    h2.seq = 1;
+    send_all(fd, &h2, sizeof(h2));
+    send_all(fd, payload.data(), len);
+    CHECK(closed_by_peer(fd)); // and no acknowledgement
+    ::close(fd);
+    std::this_thread::sleep_for(200ms);
+    CHECK(dst == at_return);
+    // A new connection of the same peer is served.
+    fd = connect_raw(*b);
+    REQUIRE(dualpath::test::raw_bulk_auth(fd, "s3cr3t", "p",
+                                          static_cast<uint8_t>(tc)));
+    h.seq = 7;
+    REQUIRE(send_all(fd, &h, sizeof(h)));
+    REQUIRE(send_all(fd, payload.data(), len));
+    wire::ack a{};
+    REQUIRE(::recv(fd, &a, sizeof(a), MSG_WAITALL) == sizeof(a));
+    CHECK(a.magic == wire::ack_magic);
+    CHECK(a.status == 0);
+    CHECK(a.seq == 7);
+    ::close(fd);
+    CHECK(dst == payload);
+  }
+}
+
+TEST_CASE("drop_peer on the receiving backend cuts a large write of a real "
+          "peer: nothing lands after the return, the sender's batch fails, "
+          "its next post reconnects") {
+  auto oa = opts_for("a");
+  oa.tcp_kv_sched = tcp_cpu_sched::normal;
+  auto ob = opts_for("b");
+  ob.tcp_kv_sched = tcp_cpu_sched::normal;
+  auto a = make(oa);
+  auto b = make(ob);
+  link(*a, *b);
+  const size_t len = 64 << 20;
+  auto src_bytes = pattern(len, 31);
+  std::vector<uint8_t> dst(len, 0);
+  auto src = a->register_region(src_bytes.data(), src_bytes.size());
+  auto reg = b->register_region(dst.data(), dst.size());
+  // Open the connection first, so the write below starts at once.
+  {
+    waiter w;
+    a->post(one_write(*src, 0, *reg->describe().subrange(0, 1)), w.sink());
+    REQUIRE(!w.get().error);
+  }
+  auto sent_before = a->stats().bytes_sent[1];
+  waiter w;
+  a->post(one_write(*src, 0, reg->describe()), w.sink());
+  REQUIRE(eventually(
+      [&] { return a->stats().bytes_sent[1] >= sent_before + (8 << 20); }, 5s));
+  b->drop_peer("a");
+  auto at_return = dst;
+  auto c = w.get();
+  std::this_thread::sleep_for(200ms);
+  CHECK(dst == at_return);
+  CHECK(at_return != src_bytes); // cut mid-write
+  CHECK(code_of(c.error) == transport_errc::peer_lost);
+  // The next post reconnects and lands every byte.
+  waiter again;
+  a->post(one_write(*src, 0, reg->describe()), again.sink());
+  CHECK(!again.get(20s).error);
+  CHECK(dst == src_bytes);
+}
+
+TEST_CASE("drop_peer from an immediate handler returns at once and the "
+          "frames behind the immediate do not land") {
+  auto b = make(opts_for("b"));
+  const size_t len = 64 << 10;
+  std::vector<uint8_t> dst(2 * len, 0);
+  auto reg = b->register_region(dst.data(), dst.size());
+  auto d = reg->describe();
+  auto payload = pattern(2 * len, 41);
+  std::promise<void> dropped;
+  b->on_immediate([&](const incoming_immediate& x) {
+    if (x.from_node == "p" && x.value == 5) {
+      b->drop_peer("p"); // on the receive thread: must not wait for itself
+      dropped.set_value();
+    }
+  });
+  int fd = connect_raw(*b);
+  REQUIRE(dualpath::test::raw_bulk_auth(fd, "s3cr3t", "p"));
+  // Frame 1 (first half, immediate 5) and frame 2 (second half) in one go.
+  auto h1 =
+      wire::make_header(d.region_id, d.key, 0, len, traffic_class::control);
+  wire::set_immediate(h1, 5);
+  h1.seq = 1;
+  auto h2 =
+      wire::make_header(d.region_id, d.key, len, len, traffic_class::control);
+  h2.seq = 2;
+  std::vector<uint8_t> wire_bytes;
+  auto put = [&](const void* p, size_t n) {
+    auto c = static_cast<const uint8_t*>(p);
+    wire_bytes.insert(wire_bytes.end(), c, c + n);
+  };
+  put(&h1, sizeof(h1));
+  put(payload.data(), len);
+  put(&h2, sizeof(h2));
+  put(payload.data() + len, len);
+  REQUIRE(send_all(fd, wire_bytes.data(), wire_bytes.size()));
+  auto got = dropped.get_future();
+  REQUIRE(got.wait_for(5s) == std::future_status::ready);
+  CHECK(closed_by_peer(fd));
+  ::close(fd);
+  std::this_thread::sleep_for(100ms);
+  b->on_immediate({});
+  // Synchronised by the handler's promise and the closed connection.
+  CHECK(std::memcmp(dst.data(), payload.data(), len) == 0);
+  CHECK(std::all_of(dst.begin() + static_cast<ptrdiff_t>(len), dst.end(),
+                    [](uint8_t x) { return x == 0; }));
 }

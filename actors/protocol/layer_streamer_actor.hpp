@@ -15,8 +15,9 @@
 // buffer leases named in a step stay the engine's, which keeps them until
 // `step_loaded` (or the step's end). Lifetime: the streamer and its engine
 // monitor each other; if one goes down the other fails its work with an error
-// naming it and stops. Thread safety: an actor; one step at a time (a second
-// one while a step runs fails its requests).
+// naming it and stops. Thread safety: an actor; at most two steps at once,
+// the running one and the next (which its engine sends once the running one
+// is loaded, `step_loaded`): a third one fails its requests.
 #pragma once
 
 #include <caf/typed_actor.hpp>

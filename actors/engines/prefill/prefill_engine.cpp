@@ -220,10 +220,23 @@ void on_assigned(self_ptr self, work_batch& w, int64_t rtt_ns) {
   pump(self);
 }
 
-// Packs every GPU's batch; nothing when no GPU has a ready request.
+// Whether the running step is loaded and the one after it can be packed
+// now (Basic runs its steps in series; Oracle loads nothing).
+bool can_pack_ahead(const prefill_state& st) {
+  return st.cfg.mode != load_mode::basic && moves_bytes(st.cfg) && st.step
+         && st.step->loaded && !st.next;
+}
+
+// Packs every GPU's batch; nothing when no GPU has a ready request. While a
+// step runs (packing ahead), a request of it with tokens left counts as
+// done with its chunk there: its next chunk may follow in this step.
 std::optional<prefill_step> pack_step(self_ptr self) {
   auto& st = self->state;
   auto& cfg = st.cfg;
+  std::unordered_map<uint64_t, uint32_t> running; // job: its chunk's end
+  if (st.step)
+    for (auto& c : st.step->chunks)
+      running[c.job] = c.first + c.tokens;
   auto step = std::make_optional<prefill_step>();
   step->window = cfg.mode == load_mode::basic
                      ? std::max<uint32_t>(cfg.model.layers, 1)
@@ -250,9 +263,15 @@ std::optional<prefill_step> pack_step(self_ptr self) {
     std::vector<pack_candidate> ready;
     for (auto id : lane.fifo) {
       auto& j = st.jobs.at(id);
-      if (j.phase == pe_phase::ready)
+      if (j.phase == pe_phase::ready) {
         ready.push_back(pack_candidate{
             id, j.done_tokens, j.tokens - std::min(j.tokens, j.done_tokens)});
+        continue;
+      }
+      auto r = running.find(id);
+      if (j.phase == pe_phase::prefilling && !j.failed && r != running.end()
+          && r->second < j.tokens)
+        ready.push_back(pack_candidate{id, r->second, j.tokens - r->second});
     }
     if (ready.empty())
       continue;
@@ -274,7 +293,8 @@ std::optional<prefill_step> pack_step(self_ptr self) {
       c.first = static_cast<uint32_t>(ch.cached);
       c.tokens = static_cast<uint32_t>(ch.bsz);
       c.pe_side_tokens = j.pe_side_tokens;
-      c.send_hits = !j.hits_sent;
+      // The hits go with the first chunk (a running one, if any).
+      c.send_hits = !j.hits_sent && running.count(ch.id) == 0;
       c.offset = sl.layer_bytes;
       if (cfg.real_bytes) {
         c.hashes = j.hashes;
@@ -304,7 +324,7 @@ std::optional<prefill_step> pack_step(self_ptr self) {
 }
 
 // Packs the next step and hands it to the streamer (when some GPU has a
-// ready request).
+// ready request): the running one, or (packed ahead) the one after it.
 void start_step(self_ptr self) {
   auto& st = self->state;
   auto plan = pack_step(self);
@@ -315,7 +335,7 @@ void start_step(self_ptr self) {
   for (auto& lane : plan->lanes)
     for (auto& c : lane.chunks)
       run->chunks.push_back(running_chunk{c.request_id, c.first, c.tokens});
-  st.step = std::move(run);
+  (st.step ? st.next : st.step) = std::move(run);
   hand_off(self, st.streamer, run_step_atom_v, std::move(*plan));
 }
 
@@ -415,6 +435,7 @@ impl_actor::behavior_type prefill_engine(self_ptr self, engine_config cfg) {
         ids.push_back(id);
       for (auto id : ids)
         remove_job(self, id);
+      st.next.reset();
       st.step.reset();
       self->quit(caf::make_error(caf::sec::runtime_error,
                                  "prefill engine of " + st.cfg.node->name
@@ -443,13 +464,18 @@ impl_actor::behavior_type prefill_engine(self_ptr self, engine_config cfg) {
       [self](kick_atom) {
         auto& st = self->state;
         st.kicked = false;
-        if (!st.step)
+        if (!st.step || can_pack_ahead(st))
           start_step(self);
       },
       [self](step_loaded_atom, uint64_t step) {
         auto& st = self->state;
-        if (st.step && st.step->id == step)
-          release_loaded(self, *st.step);
+        for (auto* s : {st.step.get(), st.next.get()})
+          if (s != nullptr && s->id == step) {
+            release_loaded(self, *s);
+            s->loaded = true;
+          }
+        if (can_pack_ahead(st))
+          pump(self);
       },
       [self](fail_atom, uint64_t, uint64_t id, const caf::error& err) {
         fail_job(self, id, err);
@@ -459,6 +485,7 @@ impl_actor::behavior_type prefill_engine(self_ptr self, engine_config cfg) {
         if (!st.step || st.step->id != step)
           return;
         auto finished = std::move(st.step);
+        st.step = std::move(st.next);
         step_finished(self, *finished);
       },
   };
@@ -493,7 +520,7 @@ void pump(self_ptr self) {
   auto& st = self->state;
   for (auto& lane : st.lanes)
     admit_ahead(self, lane);
-  if (st.step || st.kicked)
+  if (st.kicked || (st.step && !can_pack_ahead(st)))
     return;
   st.kicked = true;
   self->send(self, kick_atom_v);
@@ -535,7 +562,14 @@ void step_finished(self_ptr self, const running_step& step) {
              since_start(cfg.time, j.placed_at), now);
       remove_job(self, c.job);
     } else {
-      j.phase = pe_phase::ready; // its next chunk in a later step
+      // Its next chunk in a later step, unless the step packed ahead (now
+      // running) holds it already.
+      bool held = false;
+      if (st.step)
+        for (auto& x : st.step->chunks)
+          held = held || x.job == c.job;
+      if (!held)
+        j.phase = pe_phase::ready;
     }
   }
   pump(self);

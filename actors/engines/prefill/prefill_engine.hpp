@@ -28,9 +28,14 @@
 //     engines.basic_batch_tokens new tokens, the last request chunked;
 // in both, the batch's resident KV must fit the GPU's HBM for KV: the
 // window's layers (layerwise) or every layer (Basic). The engine hands the
-// packed step to the node's layer streamer (actors/engines/streamer/, one
-// step at a time), which runs the step's layers on the GPUs together and
-// reports back (last layer loaded, per-request failures, step done): a
+// packed step to the node's layer streamer (actors/engines/streamer/),
+// which runs the step's layers on the GPUs together and reports back (last
+// layer loaded, per-request failures, step done). Once the running step's
+// last layer is loaded, the engine packs the next step (not Basic, whose
+// steps run in series, nor Oracle, which loads nothing): a request of the
+// running step with tokens left counts as done with its running chunk. The
+// streamer holds it beside the running one and loads its first layer ahead
+// (layer_streamer.hpp), so it computes right after the running step: a
 // layer lasts as long as its slowest GPU (engine_timing.hpp
 // prefill_step_layer), with at most `layer_window` layers resident (Basic:
 // all of them, loads, compute and sends in series).

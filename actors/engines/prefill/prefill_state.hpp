@@ -92,6 +92,7 @@ struct running_chunk {
 struct running_step {
   uint64_t id = 0;
   std::vector<running_chunk> chunks;
+  bool loaded = false; // its last layer is in GPU memory (step_loaded)
 };
 
 struct prefill_state {
@@ -99,7 +100,10 @@ struct prefill_state {
   std::vector<pe_lane> lanes;
   std::unordered_map<uint64_t, pe_job> jobs;
   layer_streamer_actor streamer;
+  // The step the streamer runs, and the one packed while its last layers
+  // compute and send (once it is loaded): it runs when `step` is done.
   std::unique_ptr<running_step> step;
+  std::unique_ptr<running_step> next;
   uint64_t next_step = 1;
   // A step start is due: it packs after the messages already queued, so
   // requests ready at the same instant share the step.
@@ -115,7 +119,8 @@ using self_ptr = impl_actor::stateful_pointer<prefill_state>;
 /// decode node and the scheduler and removes it.
 void fail_job(self_ptr self, uint64_t id, const caf::error& err);
 
-/// Starts the next step if none runs, and the admissions ahead.
+/// Starts the next step if none runs (or packs the one after the running
+/// step once that one is loaded), and the admissions ahead.
 void pump(self_ptr self);
 
 /// After a step: its requests' chunks are done; finished ones leave.

@@ -83,6 +83,10 @@ std::array<std::pair<uint32_t, uint32_t>, 2> sent_ranges(const step_chunk& p) {
 struct lane_run {
   std::vector<chunk_run> chunks;
   uint64_t layer_bytes = 0; // real bytes of one layer slot
+  // Where the layers loaded ahead (a step's layers [0, ahead), loaded while
+  // the step before it still runs) lie: the top of the GPU's staging, clear
+  // of both steps' window slots (layer_ahead_fits).
+  uint64_t ahead_base = 0;
 };
 
 struct step_layer {
@@ -114,7 +118,16 @@ struct step_run {
   uint32_t next_compute = 0;
   uint32_t first_live = 0; // oldest layer not yet sent
   time_point began{};
+  // Layers [0, ahead) have their own staging slots at each lane's
+  // ahead_base: the step arrived while the one before it ran, and they load
+  // once that step's loads are all issued (0: the step loads as a step
+  // alone does, from slot 0, once it runs alone).
+  uint32_t ahead = 0;
 };
+
+// How many of a step's first layers load ahead, across the boundary with
+// the step before it (docs/tuning.md, "Where the last 12% goes").
+constexpr uint32_t layers_ahead = 1;
 
 struct streamer_state {
   // First member: the node's resources (bulk transport, devices) outlive
@@ -122,7 +135,10 @@ struct streamer_state {
   engine_config cfg;
   layer_streamer_reports engine;
   std::vector<staging> lanes; // per GPU
+  // The running step, and the step after it (packed while `step`'s last
+  // layers compute and send): it takes `step`'s place once `step` is sent.
   std::unique_ptr<step_run> step;
+  std::unique_ptr<step_run> next;
   static inline const char* name = "layer_streamer";
 };
 
@@ -137,37 +153,60 @@ const link_ptr& lane_link(const std::vector<link_ptr>& links, uint32_t rank) {
   return rank < links.size() ? links[rank] : none;
 }
 
+// The running step or the next one with id `step` (nullptr: neither).
+step_run* find_step(self_ptr self, uint64_t step) {
+  auto& st = self->state;
+  for (auto* s : {st.step.get(), st.next.get()})
+    if (s != nullptr && s->id == step)
+      return s;
+  return nullptr;
+}
+
 bool current(self_ptr self, uint64_t step) {
-  auto& s = self->state.step;
-  return s && s->id == step;
+  return find_step(self, step) != nullptr;
 }
 
-// The running step's chunk of request `id`, unless it failed.
-chunk_run* live_chunk(self_ptr self, uint64_t id) {
-  auto& s = self->state.step;
-  if (!s)
-    return nullptr;
-  auto i = s->by_request.find(id);
-  return i == s->by_request.end() || i->second->failed ? nullptr : i->second;
+bool is_next(self_ptr self, const step_run& s) {
+  return self->state.next.get() == &s;
 }
 
-// A request failed inside the step: skipped from now on, its engine told
-// (which tells its decode node and the scheduler).
+// Step `s`'s chunk of request `id`, unless it failed.
+chunk_run* live_chunk(step_run& s, uint64_t id) {
+  auto i = s.by_request.find(id);
+  return i == s.by_request.end() || i->second->failed ? nullptr : i->second;
+}
+
+// A request failed inside a step: skipped from now on in both steps, its
+// engine told once (which tells its decode node and the scheduler).
 void fail_request(self_ptr self, uint64_t id, const caf::error& err) {
-  auto* c = live_chunk(self, id);
-  if (c == nullptr)
-    return;
-  c->failed = true;
+  auto& st = self->state;
+  uint64_t step = 0;
+  for (auto* s : {st.step.get(), st.next.get()}) {
+    auto* c = s != nullptr ? live_chunk(*s, id) : nullptr;
+    if (c == nullptr)
+      continue;
+    c->failed = true;
+    if (step == 0)
+      step = s->id;
+  }
   // The engine tells the decode node and the scheduler now, as it did
   // when the step ran inside it.
-  hand_off(self, self->state.engine, fail_atom_v, self->state.step->id, id,
-           err);
+  if (step != 0)
+    hand_off(self, st.engine, fail_atom_v, step, id, err);
+}
+
+// Staging offset of layer `l`'s slot: a layer loaded ahead has its own at
+// the top of the staging, the others take turns in the window's slots.
+uint64_t slot_base(const step_run& s, const lane_run& lane, uint32_t l) {
+  if (l < s.ahead)
+    return lane.ahead_base + uint64_t{l} * lane.layer_bytes;
+  return uint64_t{l % s.window} * lane.layer_bytes;
 }
 
 // Staging offset of token `t` of chunk `c` in layer `l`'s slot.
 uint64_t staging_at(const step_run& s, const lane_run& lane, const chunk_run& c,
                     uint32_t l, uint64_t t, uint64_t bpt) {
-  return uint64_t{l % s.window} * lane.layer_bytes + c.plan.offset + t * bpt;
+  return slot_base(s, lane, l) + c.plan.offset + t * bpt;
 }
 
 uint64_t nominal_tokens(const engine_config& cfg, uint64_t tokens) {
@@ -175,36 +214,49 @@ uint64_t nominal_tokens(const engine_config& cfg, uint64_t tokens) {
 }
 
 // Observation: a span of every chunk of a lane (tracing only).
-void trace_lane(self_ptr self, uint32_t g, const char* track, const char* name,
-                int32_t layer, time_point begin, time_point end,
-                uint64_t nominal = 0, const char* suffix = "") {
-  auto& st = self->state;
-  auto& cfg = st.cfg;
-  if (!cfg.hooks || !cfg.hooks->tracing() || !st.step)
+void trace_lane(self_ptr self, const step_run& s, uint32_t g, const char* track,
+                const char* name, int32_t layer, time_point begin,
+                time_point end, uint64_t nominal = 0, const char* suffix = "") {
+  auto& cfg = self->state.cfg;
+  if (!cfg.hooks || !cfg.hooks->tracing())
     return;
-  for (auto& c : st.step->lanes[g].chunks)
+  for (auto& c : s.lanes[g].chunks)
     span(cfg, track, g, name, c.plan.request_id, layer,
          since_start(cfg.time, begin), since_start(cfg.time, end), nominal,
          suffix);
 }
 
-void try_compute(self_ptr self);
-void start_load(self_ptr self, uint32_t l);
+void try_compute(self_ptr self, step_run& s);
+void start_load(self_ptr self, step_run& s, uint32_t l);
 
-// Loads of the next layers while the window has room.
-void advance_loads(self_ptr self) {
-  auto& s = *self->state.step;
+// Loads of the next layers while the window has room. The next step loads
+// its layers ahead only, and only once the running step's loads are all
+// issued; the rest once it runs alone.
+void advance_loads(self_ptr self, step_run& s) {
+  auto& st = self->state;
+  auto id = s.id;
   auto layers = static_cast<uint32_t>(s.layers.size());
-  while (s.next_load < layers && s.next_load < s.first_live + s.window) {
-    start_load(self, s.next_load++);
-    if (!self->state.step)
+  auto limit = s.first_live + s.window;
+  if (is_next(self, s)) {
+    // The slots ahead are free once the running step's own layers ahead
+    // are sent (a step of fewer layers than its window plus one).
+    auto& run = *st.step;
+    bool issued = run.next_load == run.layers.size();
+    limit = issued && run.first_live >= run.ahead ? s.ahead : 0;
+  }
+  while (s.next_load < layers && s.next_load < limit) {
+    start_load(self, s, s.next_load++);
+    if (!current(self, id))
       return;
   }
+  // The running step's last load is issued: the next step's layers ahead
+  // may load now.
+  if (!is_next(self, s) && s.next_load == layers && st.next)
+    advance_loads(self, *st.next);
 }
 
-void load_done(self_ptr self, uint32_t l) {
+void load_done(self_ptr self, step_run& s, uint32_t l) {
   auto& st = self->state;
-  auto& s = *st.step;
   auto& lay = s.layers[l];
   if (lay.pushes_pending > 0)
     return;
@@ -220,22 +272,21 @@ void load_done(self_ptr self, uint32_t l) {
       self->delayed_send(st.engine, st.cfg.time.to_actor(lay.ready_at - now),
                          step_loaded_atom_v, s.id);
   }
-  try_compute(self);
+  try_compute(self, s);
 }
 
 // The PE-side hits of layer l of every chunk: from the node's buffer into
 // the GPU (CNIC-centric H2D: node DRAM + the GPU's cnic_rx), and the pushes
 // of decode-side tokens from each decode node.
-void start_load(self_ptr self, uint32_t l) {
+void start_load(self_ptr self, step_run& s, uint32_t l) {
   auto& st = self->state;
   auto& cfg = st.cfg;
-  auto& s = *st.step;
   auto& lay = s.layers[l];
   lay.loading = true;
   auto now = emulated_now(self, cfg.time);
   lay.ready_at = now;
   if (!moves_bytes(cfg)) {
-    load_done(self, l);
+    load_done(self, s, l);
     return;
   }
   const auto bt = cfg.model.block_tokens;
@@ -304,7 +355,7 @@ void start_load(self_ptr self, uint32_t l) {
       auto rx = reserve(lane_link(cfg.node->cnic_rx, g), nominal, now);
       auto t = std::max({now, rx, reserve(cfg.node->dram, nominal, now)});
       lay.ready_at = std::max(lay.ready_at, t);
-      trace_lane(self, g, "cnic", "h2d", static_cast<int32_t>(l), now, rx,
+      trace_lane(self, s, g, "cnic", "h2d", static_cast<int32_t>(l), now, rx,
                  nominal, " rx");
     }
   }
@@ -336,9 +387,10 @@ void start_load(self_ptr self, uint32_t l) {
     // Whether the push from `de` is still awaited (a lost engine's was
     // settled already); removes it.
     auto settle = [self, step, l, de] {
-      if (!current(self, step))
+      auto* s = find_step(self, step);
+      if (s == nullptr)
         return false;
-      auto& targets = self->state.step->layers[l].push_targets;
+      auto& targets = s->layers[l].push_targets;
       auto i = std::find(targets.begin(), targets.end(), de);
       if (i == targets.end())
         return false;
@@ -348,16 +400,17 @@ void start_load(self_ptr self, uint32_t l) {
     self->request(caf::actor_cast<decode_engine_actor>(de), caf::infinite,
                   push_atom_v, std::move(batch))
         .then(
-            [self, l, settle](layer_batch& r) {
+            [self, step, l, settle](layer_batch& r) {
               if (!settle())
                 return;
               auto& st = self->state;
               auto& cfg = st.cfg;
-              auto& lay = st.step->layers[l];
+              auto& s = *find_step(self, step);
+              auto& lay = s.layers[l];
               auto now = emulated_now(self, cfg.time);
               auto t = std::max(now, from_ns(cfg.time, r.done_ns));
               for (auto& x : r.chunks) {
-                auto* c = live_chunk(self, x.request_id);
+                auto* c = live_chunk(s, x.request_id);
                 if (c == nullptr)
                   continue;
                 auto nominal = nominal_tokens(cfg, x.tokens);
@@ -371,29 +424,31 @@ void start_load(self_ptr self, uint32_t l) {
               }
               lay.ready_at = std::max(lay.ready_at, t);
               --lay.pushes_pending;
-              load_done(self, l);
+              load_done(self, s, l);
             },
             [self, step, l, ids, settle](caf::error& err) {
               if (!settle())
                 return;
               for (auto id : ids)
                 fail_request(self, id, err);
-              if (!current(self, step))
+              auto* s = find_step(self, step);
+              if (s == nullptr)
                 return;
-              --self->state.step->layers[l].pushes_pending;
-              load_done(self, l);
+              --s->layers[l].pushes_pending;
+              load_done(self, *s, l);
             });
   }
-  load_done(self, l);
+  load_done(self, s, l);
 }
 
 // Schedules the compute of every layer whose loads are in, in order: a
 // layer starts once the previous one ends and its KV is in (Basic: once
 // every layer's is), and lasts the step's layer time on every GPU.
-void try_compute(self_ptr self) {
+// The next step's first layer starts once the running step's last one
+// ends.
+void try_compute(self_ptr self, step_run& s) {
   auto& st = self->state;
   auto& cfg = st.cfg;
-  auto& s = *st.step;
   auto layers = static_cast<uint32_t>(s.layers.size());
   const bool basic = cfg.mode == load_mode::basic;
   while (s.next_compute < layers) {
@@ -410,10 +465,17 @@ void try_compute(self_ptr self) {
         start = std::max(start, x.ready_at);
       }
     }
-    if (l > 0)
+    if (l > 0) {
       start = std::max(start, s.layers[l - 1].compute_end);
-    else
+    } else {
       start = std::max(start, s.began);
+      if (is_next(self, s)) {
+        auto& run = *st.step;
+        if (run.next_compute < run.layers.size())
+          return; // scheduled when the running step's last layer is
+        start = std::max(start, run.layers.back().compute_end);
+      }
+    }
     lay.compute_end = start + gpu::to_duration(s.layer_s);
     lay.compute_scheduled = true;
     ++s.next_compute;
@@ -421,11 +483,12 @@ void try_compute(self_ptr self) {
     self->delayed_send(self, cfg.time.to_actor(lay.compute_end - now),
                        computed_atom_v, s.id, l);
   }
+  if (!is_next(self, s) && st.next)
+    try_compute(self, *st.next);
 }
 
-void post_done(self_ptr self, uint32_t l) {
+void post_done(self_ptr self, step_run& s, uint32_t l) {
   auto& st = self->state;
-  auto& s = *st.step;
   auto& lay = s.layers[l];
   if (lay.posts_pending > 0)
     return;
@@ -435,15 +498,14 @@ void post_done(self_ptr self, uint32_t l) {
 // Layer l's KV of every chunk to its decode node: the new tokens, and with a
 // request's first chunk its PE-side hits (decode-side hits are there
 // already). One bulk batch per decode node, class kv, the GPU's cnic_tx.
-void start_send(self_ptr self, uint32_t l) {
+void start_send(self_ptr self, step_run& s, uint32_t l) {
   auto& st = self->state;
   auto& cfg = st.cfg;
-  auto& s = *st.step;
   auto& lay = s.layers[l];
   auto now = emulated_now(self, cfg.time);
   lay.send_done = now;
   if (!moves_bytes(cfg)) {
-    post_done(self, l);
+    post_done(self, s, l);
     return;
   }
   const auto bt = cfg.model.block_tokens;
@@ -498,7 +560,7 @@ void start_send(self_ptr self, uint32_t l) {
       auto nominal = nominal_tokens(cfg, tokens);
       auto tx = reserve(lane_link(cfg.node->cnic_tx, g), nominal, now);
       lay.send_done = std::max(lay.send_done, tx);
-      trace_lane(self, g, "cnic", "send", static_cast<int32_t>(l), now, tx,
+      trace_lane(self, s, g, "cnic", "send", static_cast<int32_t>(l), now, tx,
                  nominal, " tx");
     }
   }
@@ -521,26 +583,33 @@ void start_send(self_ptr self, uint32_t l) {
         return;
     }
   }
-  post_done(self, l);
+  post_done(self, s, l);
 }
 
-// A packed step arrives: its chunks (the PE-side blocks' payloads found in
-// their leases), then its first layers' loads.
-void on_step(self_ptr self, prefill_step& plan) {
+// Whether step `n`'s layers ahead fit every GPU's staging next to the
+// running step `run`'s window, and its own window next to them (the bound on
+// the GPU memory of both steps: the window slots of the larger step plus
+// the slots ahead).
+bool layer_ahead_fits(const std::vector<staging>& lanes, const step_run& run,
+                      const step_run& n, uint32_t ahead) {
+  for (uint32_t g = 0; g < n.lanes.size(); ++g) {
+    uint64_t size = g < lanes.size() ? lanes[g].size : 0;
+    uint64_t running = g < run.lanes.size()
+                           ? uint64_t{run.window} * run.lanes[g].layer_bytes
+                           : 0;
+    uint64_t own = uint64_t{n.window} * n.lanes[g].layer_bytes;
+    uint64_t slots = uint64_t{ahead} * n.lanes[g].layer_bytes;
+    if (std::max(running, own) + slots > size)
+      return false;
+  }
+  return true;
+}
+
+// A packed step's run: its chunks (the PE-side blocks' payloads found in
+// their leases).
+std::unique_ptr<step_run> make_run(self_ptr self, prefill_step& plan) {
   auto& st = self->state;
   auto& cfg = st.cfg;
-  if (st.step) {
-    auto err =
-        caf::make_error(caf::sec::runtime_error,
-                        "layer streamer of " + cfg.node->name + ": step "
-                            + std::to_string(plan.id) + " arrived while step "
-                            + std::to_string(st.step->id) + " runs");
-    for (auto& lane : plan.lanes)
-      for (auto& c : lane.chunks)
-        self->send(st.engine, fail_atom_v, plan.id, c.request_id, err);
-    self->send(st.engine, done_atom_v, plan.id);
-    return;
-  }
   auto s = std::make_unique<step_run>();
   s->id = plan.id;
   s->window = std::max<uint32_t>(plan.window, 1);
@@ -573,72 +642,114 @@ void on_step(self_ptr self, prefill_step& plan) {
     for (auto& c : lane.chunks)
       s->by_request.emplace(c.plan.request_id, &c);
   s->began = emulated_now(self, cfg.time);
-  st.step = std::move(s);
-  for (size_t g = lanes; g < plan.lanes.size(); ++g)
+  return s;
+}
+
+// A packed step arrives: while none runs it runs now, its first layers'
+// loads start; while one runs it is the next step, its layers ahead load
+// once the running step's loads are issued (if they fit the staging).
+void on_step(self_ptr self, prefill_step& plan) {
+  auto& st = self->state;
+  auto& cfg = st.cfg;
+  if (st.step && st.next) {
+    auto err =
+        caf::make_error(caf::sec::runtime_error,
+                        "layer streamer of " + cfg.node->name + ": step "
+                            + std::to_string(plan.id) + " arrived while steps "
+                            + std::to_string(st.step->id) + " and "
+                            + std::to_string(st.next->id) + " are held");
+    for (auto& lane : plan.lanes)
+      for (auto& c : lane.chunks)
+        self->send(st.engine, fail_atom_v, plan.id, c.request_id, err);
+    self->send(st.engine, done_atom_v, plan.id);
+    return;
+  }
+  auto s = make_run(self, plan);
+  auto* run = s.get();
+  if (st.step) {
+    if (cfg.mode != load_mode::basic
+        && layer_ahead_fits(st.lanes, *st.step, *s, layers_ahead)) {
+      s->ahead = std::min<uint32_t>(layers_ahead, plan.layers);
+      for (uint32_t g = 0; g < s->lanes.size(); ++g)
+        s->lanes[g].ahead_base =
+            st.lanes[g].size - uint64_t{s->ahead} * s->lanes[g].layer_bytes;
+    }
+    st.next = std::move(s);
+  } else {
+    st.step = std::move(s);
+  }
+  for (size_t g = run->lanes.size(); g < plan.lanes.size(); ++g)
     for (auto& c : plan.lanes[g].chunks)
       self->send(st.engine, fail_atom_v, plan.id, c.request_id,
                  caf::make_error(caf::sec::invalid_argument,
                                  "prefill step lane " + std::to_string(g)
                                      + " has no GPU on " + cfg.node->name));
-  advance_loads(self);
+  advance_loads(self, *run);
 }
 
 void on_posted(self_ptr self, uint64_t step, uint32_t l, bool load,
                caf::error err) {
-  if (!current(self, step))
-    return;
-  auto& s = *self->state.step;
-  if (l >= s.layers.size())
+  auto* s = find_step(self, step);
+  if (s == nullptr || l >= s->layers.size())
     return;
   if (err)
-    for (auto& lane : s.lanes)
+    for (auto& lane : s->lanes)
       for (auto& c : lane.chunks)
         fail_request(self, c.plan.request_id, err);
-  if (!current(self, step))
+  s = find_step(self, step);
+  if (s == nullptr)
     return;
-  auto& lay = self->state.step->layers[l];
+  auto& lay = s->layers[l];
   if (load) {
     --lay.pushes_pending;
-    load_done(self, l);
+    load_done(self, *s, l);
   } else {
     --lay.posts_pending;
-    post_done(self, l);
+    post_done(self, *s, l);
   }
 }
 
 // A decode engine was lost: its requests are skipped (the engine failed
-// them already) and pushes awaited from it are settled, so the step goes
+// them already) and pushes awaited from it are settled, so both steps go
 // on.
 void on_lost(self_ptr self, const caf::actor_addr& de) {
   auto& st = self->state;
-  if (!st.step)
-    return;
-  for (auto& lane : st.step->lanes)
-    for (auto& c : lane.chunks)
-      if (c.plan.decode_actor && c.plan.decode_actor.address() == de)
-        c.failed = true;
-  auto step = st.step->id;
-  for (uint32_t l = 0; l < st.step->layers.size(); ++l) {
-    if (!current(self, step))
-      return;
-    auto& lay = st.step->layers[l];
-    auto i =
-        std::find_if(lay.push_targets.begin(), lay.push_targets.end(),
-                     [&de](const caf::actor& x) { return x.address() == de; });
-    if (i == lay.push_targets.end())
+  std::vector<uint64_t> steps;
+  for (auto* s : {st.step.get(), st.next.get()})
+    if (s != nullptr)
+      steps.push_back(s->id);
+  for (auto id : steps) {
+    auto* s = find_step(self, id);
+    if (s == nullptr)
       continue;
-    lay.push_targets.erase(i);
-    --lay.pushes_pending;
-    load_done(self, l);
+    for (auto& lane : s->lanes)
+      for (auto& c : lane.chunks)
+        if (c.plan.decode_actor && c.plan.decode_actor.address() == de)
+          c.failed = true;
+    for (uint32_t l = 0; l < s->layers.size(); ++l) {
+      s = find_step(self, id);
+      if (s == nullptr)
+        break;
+      auto& lay = s->layers[l];
+      auto i = std::find_if(
+          lay.push_targets.begin(), lay.push_targets.end(),
+          [&de](const caf::actor& x) { return x.address() == de; });
+      if (i == lay.push_targets.end())
+        continue;
+      lay.push_targets.erase(i);
+      --lay.pushes_pending;
+      load_done(self, *s, l);
+    }
   }
 }
 
 void on_computed(self_ptr self, uint64_t step, uint32_t l) {
-  if (!current(self, step))
+  auto* sp = find_step(self, step);
+  if (sp == nullptr)
     return;
   auto& st = self->state;
   auto& cfg = st.cfg;
-  auto& s = *st.step;
+  auto& s = *sp;
   auto& lay = s.layers[l];
   const auto unit = bpt(cfg);
   if (copies_bytes(cfg)) {
@@ -676,27 +787,45 @@ void on_computed(self_ptr self, uint64_t step, uint32_t l) {
   if (cfg.hooks) {
     auto now = emulated_now(self, cfg.time);
     for (uint32_t g = 0; g < s.lanes.size(); ++g)
-      trace_lane(self, g, "gpu", "compute", static_cast<int32_t>(l),
+      trace_lane(self, s, g, "gpu", "compute", static_cast<int32_t>(l),
                  now - gpu::to_duration(s.layer_s), now);
     cfg.hooks->count("dualpath_prefill_layers_total",
                      {{"node", cfg.node->name}});
   }
   lay.computed = true;
   if (cfg.mode != load_mode::basic) {
-    start_send(self, l);
+    start_send(self, s, l);
   } else if (l + 1 == s.layers.size()) {
     // Basic: every layer's KV goes out once the whole prefill is done.
-    for (uint32_t k = 0; k < s.layers.size() && current(self, step); ++k)
-      start_send(self, k);
+    for (uint32_t k = 0; k < s.layers.size(); ++k) {
+      auto* x = find_step(self, step);
+      if (x == nullptr)
+        break;
+      start_send(self, *x, k);
+    }
   }
 }
 
+// The running step is sent: the engine is told, the next step runs alone
+// now (its loads go on in its window), or ends at once if it is sent too.
+void finish_running(self_ptr self) {
+  auto& st = self->state;
+  while (st.step && st.step->first_live == st.step->layers.size()) {
+    auto done = st.step->id;
+    st.step = std::move(st.next);
+    hand_off(self, st.engine, done_atom_v, done);
+  }
+  if (st.step)
+    advance_loads(self, *st.step);
+}
+
 void on_sent(self_ptr self, uint64_t step, uint32_t l) {
-  if (!current(self, step))
+  auto* sp = find_step(self, step);
+  if (sp == nullptr)
     return;
   auto& st = self->state;
   auto& cfg = st.cfg;
-  auto& s = *st.step;
+  auto& s = *sp;
   auto& lay = s.layers[l];
   // Tell each decode node what of layer l is in its buffer now.
   std::map<caf::actor, layer_batch> notes;
@@ -731,12 +860,11 @@ void on_sent(self_ptr self, uint64_t step, uint32_t l) {
   lay.sent = true;
   while (s.first_live < s.layers.size() && s.layers[s.first_live].sent)
     ++s.first_live;
-  if (s.first_live == s.layers.size()) {
-    st.step.reset();
-    hand_off(self, st.engine, done_atom_v, step);
+  if (!is_next(self, s) && s.first_live == s.layers.size()) {
+    finish_running(self);
     return;
   }
-  advance_loads(self);
+  advance_loads(self, s);
 }
 
 caf::error make_staging(const engine_config& cfg, uint32_t g, staging& s) {
@@ -793,6 +921,7 @@ impl_actor::behavior_type layer_streamer(self_ptr self, engine_config cfg,
   self->set_down_handler([self](const caf::down_msg& dm) {
     if (dm.source != self->state.engine.address())
       return;
+    self->state.next.reset();
     self->state.step.reset();
     self->quit(dm.reason);
   });

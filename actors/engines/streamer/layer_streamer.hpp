@@ -16,6 +16,15 @@
 //            decode node, kv class, cnic_tx); when the writes are done and
 //            the emulated time has passed, one `layer` message per decode
 //            node and layer l's GPU memory is freed for layer l + window.
+// The next step (sent while one runs, once its last layer is loaded) loads
+// its first layer ahead, once the running step's loads are all issued, into
+// its own staging slot at the top of each GPU's HBM for KV, and computes it
+// as soon as the running step's last layer is computed; its other layers
+// load once the running step is sent. The slot is used only if, on every
+// GPU, the larger of the two steps' windows plus the slot fits the HBM for
+// KV (otherwise the next step loads once the running step is sent); its
+// device buffer counts against the device's HBM budget like the window's.
+// Basic runs its steps in series.
 // Real bytes are copied at once (byte-scaled); the streamer waits the
 // emulated time of every step with delayed messages. A push or send that
 // fails, or a decode node that is lost, fails the requests involved (the

@@ -301,8 +301,22 @@ void start_load(self_ptr self, step_run& s, uint32_t l) {
     auto& staging = st.lanes[g];
     if (cfg.real_bytes && lane.layer_bytes > 0 && cfg.devices[g]) {
       auto buf = cfg.devices[g]->allocate(lane.layer_bytes);
-      if (buf)
-        lay.gpu[g] = std::move(*buf);
+      if (!buf) {
+        // No room for the layer in this GPU's memory: its requests fail
+        // (and are recomputed elsewhere), never computed on KV that is not
+        // there.
+        auto err =
+            caf::make_error(caf::sec::runtime_error,
+                            "layer " + std::to_string(l) + "'s KV on GPU "
+                                + std::to_string(g) + " of " + cfg.node->name
+                                + " (" + std::to_string(lane.layer_bytes)
+                                + " B): " + gpu::describe(buf.error()));
+        for (auto& c : lane.chunks)
+          if (!c.failed)
+            fail_request(self, c.plan.request_id, err);
+        continue;
+      }
+      lay.gpu[g] = std::move(*buf);
     }
     uint64_t local = 0;
     for (auto& c : lane.chunks) {

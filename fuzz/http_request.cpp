@@ -62,6 +62,22 @@ bool known_status(int s) {
   }
 }
 
+// Whether `fd` has `events` before `deadline`; a poll that libFuzzer's
+// once-a-second timer interrupts is resumed.
+bool ready_before(int fd, short events,
+                  std::chrono::steady_clock::time_point deadline) {
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                    deadline - std::chrono::steady_clock::now())
+                    .count();
+    pollfd p{fd, events, 0};
+    auto ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0)));
+    if (ready < 0 && errno == EINTR)
+      continue;
+    return ready > 0;
+  }
+}
+
 // A blocking connect() that a signal interrupted (libFuzzer's timer ticks
 // every second; a loopback connect waits when the server's accept queue is
 // full and the SYN is retried) goes on in the background: waits up to 5 s
@@ -72,25 +88,16 @@ bool connected_after_interrupt(int fd, int err) {
     return false;
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now())
-                    .count();
-    pollfd p{fd, POLLOUT, 0};
-    auto ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0)));
-    if (ready < 0 && errno == EINTR)
-      continue;
-    if (ready <= 0) {
-      errno = ETIMEDOUT;
-      return false;
-    }
-    int so_error = 0;
-    socklen_t len = sizeof(so_error);
-    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0)
-      return false;
-    errno = so_error;
-    return so_error == 0;
+  if (!ready_before(fd, POLLOUT, deadline)) {
+    errno = ETIMEDOUT;
+    return false;
   }
+  int so_error = 0;
+  socklen_t len = sizeof(so_error);
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len) != 0)
+    return false;
+  errno = so_error;
+  return so_error == 0;
 }
 
 } // namespace
@@ -127,14 +134,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   char buf[4096];
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now())
-                    .count();
-    pollfd p{fd, POLLIN, 0};
-    auto ready = ::poll(&p, 1, static_cast<int>(std::max<int64_t>(left, 0)));
-    if (ready < 0 && errno == EINTR) // libFuzzer's timer ticks every second
-      continue;
-    if (ready <= 0)
+    if (!ready_before(fd, POLLIN, deadline))
       __builtin_trap(); // neither an answer nor a close within 5 s
     auto n = ::recv(fd, buf, sizeof(buf), 0);
     if (n < 0 && errno == EINTR)

@@ -35,6 +35,16 @@ bool have_device(const std::string& what) {
   return false;
 }
 
+/// A cuda device backend of `hbm_budget` bytes (one pool slab).
+std::shared_ptr<device> cuda_backend(uint64_t hbm_budget) {
+  device_options opts;
+  opts.backend = backend_choice::cuda;
+  opts.hbm_budget = hbm_budget;
+  auto dev = make_cuda_device(opts);
+  REQUIRE_MESSAGE(dev, describe(dev.error()));
+  return *dev;
+}
+
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.compare(0, prefix.size(), prefix) == 0;
 }
@@ -88,14 +98,10 @@ TEST_CASE("device pages: staged copies land byte-exact in the caller's "
           "device memory") {
   if (!have_device("device pages: staged copies"))
     return;
-  device_options opts;
-  opts.backend = backend_choice::cuda;
-  opts.hbm_budget = 64 << 20;
-  auto dev = make_cuda_device(opts);
-  REQUIRE_MESSAGE(dev, describe(dev.error()));
+  auto dev = cuda_backend(64 << 20);
   constexpr size_t page = 4096;
   constexpr size_t n = 16;
-  auto buf = (*dev)->allocate(page * n);
+  auto buf = dev->allocate(page * n);
   REQUIRE(buf);
   // The pages spill past their allocation (the backend's 64 MiB slab) into
   // memory no allocation holds.
@@ -117,19 +123,19 @@ TEST_CASE("device pages: staged copies land byte-exact in the caller's "
                         copy_chunk{9 * page, 9 * page, page}}));
   // Read the device memory back with the backend's own copy.
   checks::pinnable back(page * n);
-  auto pin = (*dev)->pin(back.data(), back.size());
+  auto pin = dev->pin(back.data(), back.size());
   REQUIRE(pin);
-  auto s = (*dev)->make_stream();
+  auto s = dev->make_stream();
   REQUIRE(s);
-  REQUIRE(!(*dev)->copy_d2h(*buf, *pin, {copy_chunk{0, 0, page * n}}, *s));
-  REQUIRE(!(*dev)->synchronize(*s));
+  REQUIRE(!dev->copy_d2h(*buf, *pin, {copy_chunk{0, 0, page * n}}, *s));
+  REQUIRE(!dev->synchronize(*s));
   CHECK(std::memcmp(back.data() + 3 * page, src.data() + 3 * page, page) == 0);
   CHECK(std::memcmp(back.data() + 9 * page, src.data() + 9 * page, page) == 0);
   // Device -> host: new bytes written by the backend, staged back.
   auto fresh = checks::pattern(page * n, 11);
   std::memcpy(back.data(), fresh.data(), fresh.size());
-  REQUIRE(!(*dev)->copy_h2d(*pin, *buf, {copy_chunk{0, 0, page * n}}, *s));
-  REQUIRE(!(*dev)->synchronize(*s));
+  REQUIRE(!dev->copy_h2d(*pin, *buf, {copy_chunk{0, 0, page * n}}, *s));
+  REQUIRE(!dev->synchronize(*s));
   std::memset(p.staging(), 0, p.size());
   REQUIRE(!p.to_host({copy_chunk{0, 0, page * n}}));
   CHECK(std::memcmp(p.staging(), fresh.data(), fresh.size()) == 0);
@@ -145,16 +151,11 @@ TEST_CASE("device pages: a range reaching into a neighbouring allocation is "
   // Two device backends' slabs, each its own cudaMalloc; where the second
   // lies right behind the first, a range over both has device memory at its
   // first and its last byte and is still refused.
-  device_options opts;
-  opts.backend = backend_choice::cuda;
-  opts.hbm_budget = 2 << 20;
-  auto a = make_cuda_device(opts);
-  REQUIRE_MESSAGE(a, describe(a.error()));
-  auto b = make_cuda_device(opts);
-  REQUIRE_MESSAGE(b, describe(b.error()));
-  auto x = (*a)->allocate(2 << 20);
+  auto a = cuda_backend(2 << 20);
+  auto b = cuda_backend(2 << 20);
+  auto x = a->allocate(2 << 20);
   REQUIRE(x);
-  auto y = (*b)->allocate(2 << 20);
+  auto y = b->allocate(2 << 20);
   REQUIRE(y);
   auto* lo = std::min(x->data(), y->data());
   auto* hi = std::max(x->data(), y->data());

@@ -644,7 +644,10 @@ TEST_CASE("the port going down fails every pending batch; up, it reconnects") {
   MESSAGE(failed << " of " << n << " batches failed after " << netdev
                  << " went down, " << by_event << " by the port-error event");
   CHECK(failed > 0);
-  CHECK(by_event > 0);
+  // Which notice comes first is a race, not a contract: the port-error
+  // event on this side, or the peer (whose port went down with the same
+  // veth pair) closing the side channel after its own event. Either way
+  // every pending batch fails, within seconds.
   CHECK(done.back().second - downed < 5s);
   // Up again: once the port is active, a new connection carries bytes.
   down.up();

@@ -57,6 +57,14 @@ options opts_for(const std::string& node,
   return o;
 }
 
+/// opts_for(node) with the kv threads at normal CPU priority: for cases
+/// whose kv traffic must progress promptly on a busy machine.
+options normal_kv_opts_for(const std::string& node) {
+  auto o = opts_for(node);
+  o.tcp_kv_sched = tcp_cpu_sched::normal;
+  return o;
+}
+
 std::unique_ptr<backend> make(const options& o) {
   auto b = make_tcp_backend(o);
   REQUIRE(b);
@@ -552,12 +560,10 @@ TEST_CASE("weighted round robin holds the class shares within 5% under "
                        std::pair<uint32_t, uint32_t>{1, 1}}) {
     // The arbiter shapes the sender; the kv threads run at normal CPU
     // priority here so that it, not the scheduler, decides the shares.
-    auto oa = opts_for("a");
+    auto oa = normal_kv_opts_for("a");
     oa.weight_control = weights.first;
     oa.weight_kv = weights.second;
-    oa.tcp_kv_sched = tcp_cpu_sched::normal;
-    auto ob = opts_for("b");
-    ob.tcp_kv_sched = tcp_cpu_sched::normal;
+    auto ob = normal_kv_opts_for("b");
     auto a = make(oa);
     auto b = make(ob);
     link(*a, *b);
@@ -1025,9 +1031,7 @@ TEST_CASE("drop_peer stops a write the peer had begun: no byte of it lands "
   // the header and the first part of the payload, then the drop, then the
   // rest. The kv threads run at normal priority so the first part is read
   // promptly on a busy machine.
-  auto o = opts_for("b");
-  o.tcp_kv_sched = tcp_cpu_sched::normal;
-  auto b = make(o);
+  auto b = make(normal_kv_opts_for("b"));
   for (auto tc : {traffic_class::control, traffic_class::kv}) {
     CAPTURE(static_cast<int>(tc));
     const size_t len = 2 << 20, first = 768 << 10;
@@ -1086,12 +1090,8 @@ TEST_CASE("drop_peer stops a write the peer had begun: no byte of it lands "
 TEST_CASE("drop_peer on the receiving backend cuts a large write of a real "
           "peer: nothing lands after the return, the sender's batch fails, "
           "its next post reconnects") {
-  auto oa = opts_for("a");
-  oa.tcp_kv_sched = tcp_cpu_sched::normal;
-  auto ob = opts_for("b");
-  ob.tcp_kv_sched = tcp_cpu_sched::normal;
-  auto a = make(oa);
-  auto b = make(ob);
+  auto a = make(normal_kv_opts_for("a"));
+  auto b = make(normal_kv_opts_for("b"));
   link(*a, *b);
   const size_t len = 64 << 20;
   auto src_bytes = pattern(len, 31);

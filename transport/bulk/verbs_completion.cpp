@@ -36,6 +36,10 @@ transport_errc code_of(ibv_wc_status s) {
       return transport_errc::wrong_key;
     case IBV_WC_REM_INV_REQ_ERR:
       return transport_errc::out_of_bounds;
+    // The queue pair could not carry the write: our RC writes name only
+    // registered memory and an opcode RC supports, so what breaks is the
+    // path (rxe reports a send its netdev refused, the link down, so).
+    case IBV_WC_LOC_QP_OP_ERR:
     case IBV_WC_RETRY_EXC_ERR:
     case IBV_WC_RNR_RETRY_EXC_ERR:
     case IBV_WC_WR_FLUSH_ERR:

@@ -1,5 +1,6 @@
 #include "transport/storage/worker_pool.hpp"
 
+#include <algorithm>
 #include <future>
 #include <utility>
 
@@ -10,12 +11,12 @@ worker_pool::worker_pool(uint32_t threads, thread_start_hook on_start) {
   for (uint32_t i = 0; i < threads; ++i) {
     std::promise<caf::error> p;
     started.push_back(p.get_future());
-    threads_.emplace_back([this, &on_start, p = std::move(p)]() mutable {
+    threads_.emplace_back([q = q_, &on_start, p = std::move(p)]() mutable {
       auto err = on_start ? on_start() : caf::error{};
       bool ok = !err;
       p.set_value(std::move(err)); // `on_start` may end after this call
       if (ok)
-        run();
+        run(*q);
     });
   }
   for (auto& f : started)
@@ -24,43 +25,64 @@ worker_pool::worker_pool(uint32_t threads, thread_start_hook on_start) {
   if (start_error_) {
     // No task runs on a pool that did not start: every thread stops.
     {
-      std::lock_guard<std::mutex> guard{mtx_};
-      stopping_ = true;
+      std::lock_guard<std::mutex> guard{q_->mtx};
+      q_->stopping = true;
     }
-    cv_.notify_all();
+    q_->cv.notify_all();
   }
 }
 
 worker_pool::~worker_pool() {
   {
-    std::lock_guard<std::mutex> guard{mtx_};
-    stopping_ = true;
+    std::lock_guard<std::mutex> guard{q_->mtx};
+    q_->stopping = true;
   }
-  cv_.notify_all();
-  for (auto& t : threads_)
-    t.join();
+  q_->cv.notify_all();
+  auto self = std::find_if(threads_.begin(), threads_.end(), [](auto& t) {
+    return t.get_id() == std::this_thread::get_id();
+  });
+  for (auto i = threads_.begin(); i != threads_.end(); ++i)
+    if (i != self)
+      i->join(); // each runs what is queued before it ends
+  if (self == threads_.end())
+    return;
+  // On one of our own threads, inside a task: what the others left is run
+  // here, while what the tasks use still exists; the thread ends when the
+  // task that destroyed us returns (its run() holds the queue).
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::lock_guard<std::mutex> guard{q_->mtx};
+      if (q_->tasks.empty())
+        break;
+      task = std::move(q_->tasks.front());
+      q_->tasks.pop_front();
+    }
+    task();
+  }
+  self->detach();
 }
 
 void worker_pool::post(std::function<void()> task) {
   if (start_error_)
     return;
   {
-    std::lock_guard<std::mutex> guard{mtx_};
-    tasks_.push_back(std::move(task));
+    std::lock_guard<std::mutex> guard{q_->mtx};
+    q_->tasks.push_back(std::move(task));
   }
-  cv_.notify_one();
+  q_->cv.notify_one();
 }
 
-void worker_pool::run() {
+void worker_pool::run(queue& q) {
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock<std::mutex> lock{mtx_};
-      cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
-      if (tasks_.empty())
+      std::unique_lock<std::mutex> lock{q.mtx};
+      q.cv.wait(lock, [&q] { return q.stopping || !q.tasks.empty(); });
+      if (q.tasks.empty())
         return;
-      task = std::move(tasks_.front());
-      tasks_.pop_front();
+      task = std::move(q.tasks.front());
+      q.tasks.pop_front();
     }
     task();
   }

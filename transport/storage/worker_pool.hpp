@@ -9,12 +9,16 @@
 //
 // Thread safety: post() may be called from any thread. Ownership: owns its
 // threads; the destructor runs every task already posted, then joins them.
+// It may run on one of the pool's own threads (a task released the last
+// reference to the pool's owner): then it runs the tasks left itself, joins
+// the other threads, and the calling thread ends when its task returns.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -44,14 +48,20 @@ public:
   void post(std::function<void()> task);
 
 private:
-  void run();
+  /// The queue, shared with the threads: one that outlives the pool (it
+  /// destroyed the pool from a task) still finds it.
+  struct queue {
+    std::mutex mtx;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> tasks;
+    bool stopping = false;
+  };
 
-  std::mutex mtx_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  bool stopping_ = false;
+  static void run(queue& q);
+
+  std::shared_ptr<queue> q_ = std::make_shared<queue>();
   caf::error start_error_;
-  std::vector<std::thread> threads_; // last: joined before the queue dies
+  std::vector<std::thread> threads_;
 };
 
 } // namespace dualpath::transport::storage

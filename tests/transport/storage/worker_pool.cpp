@@ -3,7 +3,7 @@
 // tasks see what it set: here the thread's name and SCHED_IDLE, as a node's
 // KV I/O threads get them), the constructor returns only once every thread
 // has run it, and a failing hook stops the pool: its error is kept and no
-// task runs.
+// task runs; a pool its own task destroys runs the rest and ends.
 #include <doctest/doctest.h>
 
 #include <pthread.h>
@@ -11,7 +11,10 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <chrono>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -93,4 +96,30 @@ TEST_CASE("a failing start hook stops the pool with its error") {
     pool.post([&ran] { ++ran; });
   }
   CHECK(ran.load() == 0);
+}
+
+TEST_CASE("a pool destroyed by one of its own tasks runs the rest, then ends") {
+  // As when a storage reader's last reference goes with a task's end: the
+  // destructor runs on a pool thread, which cannot join itself.
+  std::atomic<int> ran{0};
+  std::promise<void> destroyed;
+  auto pool = std::make_unique<worker_pool>(2);
+  auto* raw = pool.get();
+  std::mutex gate;
+  gate.lock(); // nothing runs until every task is queued
+  raw->post([&] {
+    { std::lock_guard<std::mutex> hold{gate}; }
+    pool.reset();
+    destroyed.set_value();
+  });
+  for (int i = 0; i < 8; ++i)
+    raw->post([&] {
+      std::lock_guard<std::mutex> hold{gate};
+      ++ran;
+    });
+  gate.unlock();
+  REQUIRE(destroyed.get_future().wait_for(std::chrono::seconds{10})
+          == std::future_status::ready);
+  // Every task posted ran before the destructor returned.
+  CHECK(ran.load() == 8);
 }

@@ -279,11 +279,10 @@ caf::expected<cluster_spec> spec_from(const config::settings& cfg,
       static_cast<uint32_t>(cfg.integer("storage.io_threads"));
   s.reader_queue_depth =
       static_cast<uint32_t>(cfg.integer("storage.queue_depth"));
-  if (!transport::bulk::from_string(cfg.string("transport.tcp_kv_sched"),
-                                    s.kv_thread_sched))
-    return bad_config("transport.tcp_kv_sched must be idle, batch or normal, "
-                      "got "
-                      + cfg.string("transport.tcp_kv_sched"));
+  if (auto sched = transport::bulk::kv_sched_from(cfg))
+    s.kv_thread_sched = *sched;
+  else
+    return sched.error();
   s.kv_thread_nice = static_cast<int>(cfg.integer("transport.tcp_kv_nice"));
   s.reader = cfg.string("storage.reader");
   s.prefetch_blocks =

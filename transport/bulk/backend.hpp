@@ -342,6 +342,11 @@ std::unique_ptr<backend> make_fault_backend(std::unique_ptr<backend> inner,
 caf::expected<options> options_from(const config::settings& cfg,
                                     std::string node);
 
+/// The kv CPU class `transport.tcp_kv_sched` names (read by options_from
+/// and by the node's other kv threads); bad_config naming the key
+/// otherwise.
+caf::expected<tcp_cpu_sched> kv_sched_from(const config::settings& cfg);
+
 /// A backend and why it was chosen ("verbs on rxe0 port 1 (...)", "auto:
 /// verbs on ... towards every peer whose handshake succeeds, else tcp", ...).
 struct backend_choice {

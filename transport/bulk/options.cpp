@@ -6,6 +6,17 @@
 
 namespace dualpath::transport::bulk {
 
+caf::expected<tcp_cpu_sched> kv_sched_from(const config::settings& cfg) {
+  const auto& sched = cfg.string("transport.tcp_kv_sched");
+  tcp_cpu_sched x;
+  if (!from_string(sched, x))
+    return caf::make_error(transport_errc::bad_config,
+                           "transport.tcp_kv_sched must be idle, batch or "
+                           "normal, got "
+                               + sched);
+  return x;
+}
+
 caf::expected<options> options_from(const config::settings& cfg,
                                     std::string node) {
   options o;
@@ -44,12 +55,10 @@ caf::expected<options> options_from(const config::settings& cfg,
       static_cast<int>(cfg.integer("transport.verbs_hop_limit"));
   o.verbs_handshake_port =
       static_cast<uint16_t>(cfg.integer("transport.verbs_handshake_port"));
-  const auto& sched = cfg.string("transport.tcp_kv_sched");
-  if (!from_string(sched, o.tcp_kv_sched))
-    return caf::make_error(transport_errc::bad_config,
-                           "transport.tcp_kv_sched must be idle, batch or "
-                           "normal, got "
-                               + sched);
+  if (auto sched = kv_sched_from(cfg))
+    o.tcp_kv_sched = *sched;
+  else
+    return sched.error();
   o.tcp_kv_nice = static_cast<int>(cfg.integer("transport.tcp_kv_nice"));
   o.tcp_control_nice =
       static_cast<int>(cfg.integer("transport.tcp_control_nice"));
@@ -62,6 +71,8 @@ caf::expected<options> options_from(const config::settings& cfg,
   o.tcp_tos_kv = static_cast<int>(cfg.integer("transport.tcp_tos_kv"));
   o.tcp_kv_chunk_kib =
       static_cast<uint32_t>(cfg.integer("transport.tcp_kv_chunk_kib"));
+  o.tcp_kv_spin =
+      std::chrono::microseconds{cfg.integer("transport.tcp_kv_spin_us")};
   const auto& listen = cfg.string("transport.tcp_listen");
   auto colon = listen.rfind(':');
   if (colon == std::string::npos)

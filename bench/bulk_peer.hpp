@@ -95,7 +95,8 @@ inline bool fork_receiver(uint64_t len, transport::bulk::options o,
 
 /// Applies a bench flag that names a tcp option (`--kv-sched idle|batch|
 /// normal`, `--kv-nice N`, `--control-nice N`, `--kv-chunk-kib N`,
-/// `--slice-kib N`); false when `key` is none of them.
+/// `--slice-kib N`, `--kv-spin-us N`, `--kv-connections N`); false when
+/// `key` is none of them.
 inline bool tcp_option_flag(const std::string& key, const std::string& value,
                             transport::bulk::options& o) {
   if (key == "--kv-sched") {
@@ -109,6 +110,10 @@ inline bool tcp_option_flag(const std::string& key, const std::string& value,
     o.tcp_kv_chunk_kib = static_cast<uint32_t>(std::atoi(value.c_str()));
   } else if (key == "--slice-kib") {
     o.slice_kib = static_cast<uint64_t>(std::atoi(value.c_str()));
+  } else if (key == "--kv-connections") {
+    o.tcp_kv_connections = static_cast<uint32_t>(std::atoi(value.c_str()));
+  } else if (key == "--kv-spin-us") {
+    o.tcp_kv_spin = std::chrono::microseconds{std::atoi(value.c_str())};
   } else {
     return false;
   }

@@ -69,6 +69,19 @@ void add_transport(std::vector<key_spec>& out) {
             "IP TOS byte of tcp control sockets (184: DSCP EF).");
   s.integer("tcp_tos_kv", 32, "", range::between(0, 255),
             "IP TOS byte of tcp kv sockets (32: DSCP CS1, lower effort).");
+  s.integer("tcp_kv_connections", 1, "", range::between(1, 16),
+            "TCP connections per peer for KV traffic. Above 1 the kv sender "
+            "spreads batches over them (a batch and its immediate stay on "
+            "one) and takes turns writing them: a multi-queue NIC receives "
+            "each on its own queue and core, and no one connection's send "
+            "buffer and window bound the stream (on loopback here: no gain, "
+            "docs/benchmarks.md).");
+  s.integer("tcp_kv_spin_us", 50, "us", range::between(0, 10000),
+            "How long a tcp kv thread with a transfer under way polls its "
+            "sockets without sleeping before it sleeps (0: never): no "
+            "wake-up latency between the segments of a stream; at "
+            "tcp_kv_sched idle the polling takes only CPU time no other "
+            "thread wants.");
   s.integer("tcp_kv_chunk_kib", 256, "KiB", range::between(4, 65536),
             "Largest kv send or receive of one system call, so a waking "
             "control thread never waits long behind a kv copy in the kernel.");

@@ -183,6 +183,10 @@ struct counters {
   /// Peers `auto` reaches over tcp although verbs was wanted (no device,
   /// or the verbs handshake with that peer failed).
   uint64_t tcp_fallbacks = 0;
+  /// tcp kv threads: waits answered while polling without sleeping
+  /// (`tcp_kv_spin`), and waits that slept in the kernel.
+  uint64_t kv_spin_hits = 0;
+  uint64_t kv_sleeps = 0;
 };
 
 /// The abstract bulk transport (see file comment).
@@ -282,6 +286,11 @@ struct options {
   /// Largest kv send or receive per system call, so a control thread never
   /// waits long for a kv copy in the kernel to end.
   uint32_t tcp_kv_chunk_kib = 256;
+  /// kv connections per peer; each batch goes on one (least loaded).
+  uint32_t tcp_kv_connections = 1;
+  /// A kv sender or receive thread with a transfer under way polls without
+  /// sleeping this long before it sleeps (0: never).
+  std::chrono::microseconds tcp_kv_spin{50};
   uint32_t weight_control = 99;
   uint32_t weight_kv = 1;
   /// Per peer and traffic class (tcp); more fail queue_full.

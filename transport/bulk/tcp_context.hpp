@@ -35,6 +35,8 @@ struct tcp_counters {
   value peer_lost{0};
   value connections_accepted{0};
   value connects{0};
+  value kv_spin_hits{0};
+  value kv_sleeps{0};
 
   counters snapshot() const {
     counters s;
@@ -56,6 +58,8 @@ struct tcp_counters {
     s.peer_lost = peer_lost;
     s.connections_accepted = connections_accepted;
     s.connects = connects;
+    s.kv_spin_hits = kv_spin_hits;
+    s.kv_sleeps = kv_sleeps;
     return s;
   }
 };

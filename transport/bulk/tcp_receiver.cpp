@@ -59,7 +59,11 @@ void append(std::vector<uint8_t>& out, const T& x) {
 class tcp_receiver::loop {
 public:
   loop(tcp_context& ctx, tcp_receiver& owner, traffic_class tc)
-      : ctx_(ctx), owner_(owner), tc_(tc) {
+      : ctx_(ctx),
+        owner_(owner),
+        tc_(tc),
+        spin_(tc == traffic_class::kv ? ctx.opts.tcp_kv_spin
+                                      : std::chrono::microseconds{0}) {
     // nop
   }
 
@@ -103,6 +107,10 @@ private:
   tcp_context& ctx_;
   tcp_receiver& owner_;
   traffic_class tc_;
+  /// How long this loop polls before it sleeps once data came (kv only).
+  const std::chrono::nanoseconds spin_;
+  clock_type::time_point spin_until_{};
+  uint64_t spins_ = 0;
   int listen_fd_ = -1;
   poller poll_;
   std::thread thread_;
@@ -312,7 +320,23 @@ void tcp_receiver::loop::add(std::unique_ptr<in_conn> c) {
 void tcp_receiver::loop::run() {
   std::array<epoll_event, 64> events;
   while (!stop_) {
-    auto n = poll_.wait(events.data(), static_cast<int>(events.size()), 20);
+    caf::expected<int> n = 0;
+    if (spin_.count() > 0 && clock_type::now() < spin_until_) {
+      // Data came a moment ago: the stream's next bytes come within
+      // microseconds; polling for them saves the wake-up.
+      n = poll_.spin(
+          events.data(), static_cast<int>(events.size()), spin_,
+          [this] { return stop_.load(); }, spins_);
+      if (n && *n > 0)
+        ctx_.stats.kv_spin_hits += 1;
+    }
+    if (n && *n == 0) {
+      if (tc_ == traffic_class::kv)
+        ctx_.stats.kv_sleeps += 1;
+      n = poll_.wait(events.data(), static_cast<int>(events.size()), 20);
+    }
+    if (n && *n > 0 && spin_.count() > 0)
+      spin_until_ = clock_type::now() + spin_;
     for (int i = 0; n && i < *n; ++i) {
       auto token = events[i].data.u64;
       if (token == poller::wake_token) {

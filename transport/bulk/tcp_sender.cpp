@@ -1,5 +1,6 @@
 #include "transport/bulk/tcp_sender.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -76,7 +77,14 @@ constexpr size_t pass_budget = 1024 * 1024; // per peer per pass
 /// One sender thread and everything it owns (see header).
 class tcp_sender::lane {
 public:
-  lane(tcp_context& ctx, traffic_class tc) : ctx_(ctx), tc_(tc) {
+  lane(tcp_context& ctx, traffic_class tc)
+      : ctx_(ctx),
+        tc_(tc),
+        spin_(tc == traffic_class::kv ? ctx.opts.tcp_kv_spin
+                                      : std::chrono::microseconds{0}),
+        conns_per_peer_(tc == traffic_class::kv
+                            ? std::max<size_t>(ctx.opts.tcp_kv_connections, 1)
+                            : 1) {
     // nop
   }
 
@@ -115,7 +123,7 @@ public:
     }
     take_inbox();
     for (auto& p : peers_)
-      fail_conn(
+      fail_peer(
           *p, caf::make_error(transport_errc::peer_lost, "backend shut down"));
     // Batches still in the inbox of a lane that never ran.
     for (auto& b : batches_)
@@ -221,11 +229,10 @@ public:
   }
 
 private:
-  /// The lane's view of one peer: its connection of this class.
-  struct lane_peer {
-    link_ptr link;
-    std::string host;
-    uint16_t port = 0;
+  /// One connection to a peer: its frames in order and their
+  /// acknowledgements. A batch's frames all go on one connection, so its
+  /// immediate (on its last frame) follows every byte of it.
+  struct wire_conn {
     unique_fd fd;
     bool writable = false;
     std::deque<slice> queue;    ///< Not yet (fully) written.
@@ -235,14 +242,34 @@ private:
     uint64_t next_seq = 1;
   };
 
+  /// The lane's view of one peer: its connections of this class (kv:
+  /// `tcp_kv_connections`, each opened once it has a batch to carry).
+  struct lane_peer {
+    link_ptr link;
+    std::string host;
+    uint16_t port = 0;
+    std::vector<wire_conn> conns;
+    size_t next = 0; ///< The connection pump() looks at first.
+  };
+
   lane_peer& peer_of(const link_ptr& link) {
     auto i = index_.find(link.get());
     if (i != index_.end())
       return *peers_[i->second];
     peers_.push_back(std::make_unique<lane_peer>());
     peers_.back()->link = link;
+    peers_.back()->conns.resize(conns_per_peer_);
     index_.emplace(link.get(), peers_.size() - 1);
     return *peers_.back();
+  }
+
+  /// The connection with the fewest frames queued or unacknowledged.
+  static wire_conn& least_loaded(lane_peer& p) {
+    return *std::min_element(
+        p.conns.begin(), p.conns.end(), [](const auto& x, const auto& y) {
+          return x.queue.size() + x.inflight.size()
+                 < y.queue.size() + y.inflight.size();
+        });
   }
 
   void take_inbox() {
@@ -259,16 +286,18 @@ private:
           p.port = cmd.port;
           break;
         case command::kind::drop:
-          fail_conn(p,
+          fail_peer(p,
                     caf::make_error(transport_errc::peer_lost, "peer dropped"));
           break;
-        case command::kind::post:
+        case command::kind::post: {
+          auto& w = least_loaded(p);
           for (auto& s : cmd.slices) {
-            s.hdr.seq = p.next_seq++;
-            p.queue.push_back(std::move(s));
+            s.hdr.seq = w.next_seq++;
+            w.queue.push_back(std::move(s));
           }
           batches_.push_back(std::move(cmd.b));
           break;
+        }
       }
     }
   }
@@ -293,84 +322,100 @@ private:
     done_.emplace_back(std::move(b.sink), std::move(res));
   }
 
-  /// Closes a connection and fails every batch with a slice on it.
-  void fail_conn(lane_peer& p, const caf::error& err) {
-    if (p.fd)
-      static_cast<void>(poll_.remove(p.fd.get())); // closing unwatches too
-    p.fd.reset();
-    p.writable = false;
-    p.ack_have = 0;
-    for (auto* q : {&p.inflight, &p.queue})
+  /// Whether some connection of `p` can write now.
+  static bool can_write(const wire_conn& w) {
+    return w.fd && w.writable && !w.queue.empty();
+  }
+
+  /// Closes one connection of `p` and fails every batch with a slice on it
+  /// (the peer's other connections carry on).
+  void fail_conn(lane_peer& p, wire_conn& w, const caf::error& err) {
+    if (w.fd)
+      static_cast<void>(poll_.remove(w.fd.get())); // closing unwatches too
+    w.fd.reset();
+    w.writable = false;
+    w.ack_have = 0;
+    for (auto* q : {&w.inflight, &w.queue})
       for (auto& s : *q)
         finish(*s.b, err);
-    p.inflight.clear();
-    p.queue.clear();
-    if (p.link->arbiter.set_ready(static_cast<size_t>(tc_), false, now_ns()))
+    w.inflight.clear();
+    w.queue.clear();
+    bool ready = std::any_of(p.conns.begin(), p.conns.end(), can_write);
+    if (p.link->arbiter.set_ready(static_cast<size_t>(tc_), ready, now_ns()))
       other_->poke();
   }
 
-  /// Epoll token of peer `pi`; never poller::wake_token.
-  static uint64_t token_of(size_t pi) {
-    return uint64_t{pi};
+  /// Closes every connection of `p`, failing every batch on them.
+  void fail_peer(lane_peer& p, const caf::error& err) {
+    for (auto& w : p.conns)
+      fail_conn(p, w, err);
+  }
+
+  /// Epoll token of connection `ci` of peer `pi`; never poller::wake_token.
+  uint64_t token_of(size_t pi, size_t ci) const {
+    return uint64_t{pi} * conns_per_peer_ + ci;
   }
 
   void connect_needed() {
     const auto& opts = ctx_.opts;
     for (size_t pi = 0; pi < peers_.size(); ++pi) {
       auto& p = *peers_[pi];
-      if (p.fd || p.queue.empty())
-        continue;
-      dial_request req{p.host,    p.port,      tc_,
-                       opts.node, opts.secret, opts.io_timeout};
-      ctx_.stats.connects += 1;
-      auto fd = dial(req);
-      if (fd)
-        if (auto err = apply_socket_policy(fd->get(), opts, tc_))
-          fd = std::move(err);
-      if (fd)
-        if (auto err = poll_.add(fd->get(), EPOLLIN | EPOLLOUT | EPOLLET,
-                                 token_of(pi)))
-          fd = std::move(err);
-      if (!fd) {
-        fail_conn(p, fd.error());
-        continue;
+      for (size_t ci = 0; ci < p.conns.size(); ++ci) {
+        auto& w = p.conns[ci];
+        if (w.fd || w.queue.empty())
+          continue;
+        dial_request req{p.host,    p.port,      tc_,
+                         opts.node, opts.secret, opts.io_timeout};
+        ctx_.stats.connects += 1;
+        auto fd = dial(req);
+        if (fd)
+          if (auto err = apply_socket_policy(fd->get(), opts, tc_))
+            fd = std::move(err);
+        if (fd)
+          if (auto err = poll_.add(fd->get(), EPOLLIN | EPOLLOUT | EPOLLET,
+                                   token_of(pi, ci)))
+            fd = std::move(err);
+        if (!fd) {
+          fail_conn(p, w, fd.error());
+          continue;
+        }
+        w.fd = std::move(*fd);
+        w.writable = true;
+        w.ack_have = 0;
       }
-      p.fd = std::move(*fd);
-      p.writable = true;
-      p.ack_have = 0;
     }
   }
 
   /// Reads acknowledgements until the socket has none.
-  void read_acks(lane_peer& p) {
+  void read_acks(lane_peer& p, wire_conn& w) {
     const auto& name = p.link->name;
     constexpr size_t ack_len = sizeof(wire::ack);
     for (;;) {
-      if (!p.fd)
+      if (!w.fd)
         return;
       // Several acknowledgements per call; a short read drained the socket.
-      auto asked = p.ack_buf.size() - p.ack_have;
-      auto r = recv_some(p.fd.get(), p.ack_buf.data() + p.ack_have, asked);
+      auto asked = w.ack_buf.size() - w.ack_have;
+      auto r = recv_some(w.fd.get(), w.ack_buf.data() + w.ack_have, asked);
       if (r.status == io_status::would_block)
         return;
       if (r.status != io_status::progress) {
         auto why = "connection to " + name + " lost";
         if (r.error)
           why += ": " + to_string(r.error);
-        fail_conn(p, caf::make_error(transport_errc::peer_lost, why));
+        fail_conn(p, w, caf::make_error(transport_errc::peer_lost, why));
         return;
       }
-      p.ack_have += r.bytes;
+      w.ack_have += r.bytes;
       size_t used = 0;
-      for (; used + ack_len <= p.ack_have; used += ack_len) {
+      for (; used + ack_len <= w.ack_have; used += ack_len) {
         wire::ack a;
-        std::memcpy(&a, p.ack_buf.data() + used, ack_len);
-        if (!on_ack(p, a))
+        std::memcpy(&a, w.ack_buf.data() + used, ack_len);
+        if (!on_ack(p, w, a))
           return; // the connection failed
       }
-      std::memmove(p.ack_buf.data(), p.ack_buf.data() + used,
-                   p.ack_have - used);
-      p.ack_have -= used;
+      std::memmove(w.ack_buf.data(), w.ack_buf.data() + used,
+                   w.ack_have - used);
+      w.ack_have -= used;
       if (r.bytes < asked)
         return;
     }
@@ -378,16 +423,16 @@ private:
 
   /// Applies one acknowledgement; false when it was garbled (the
   /// connection is then failed).
-  bool on_ack(lane_peer& p, const wire::ack& a) {
+  bool on_ack(lane_peer& p, wire_conn& w, const wire::ack& a) {
     const auto& name = p.link->name;
-    if (a.magic != wire::ack_magic || p.inflight.empty()
-        || a.seq != p.inflight.front().hdr.seq) {
-      fail_conn(p, caf::make_error(transport_errc::bad_frame,
-                                   "garbled acknowledgement from " + name));
+    if (a.magic != wire::ack_magic || w.inflight.empty()
+        || a.seq != w.inflight.front().hdr.seq) {
+      fail_conn(p, w, caf::make_error(transport_errc::bad_frame,
+                                      "garbled acknowledgement from " + name));
       return false;
     }
-    auto s = std::move(p.inflight.front());
-    p.inflight.pop_front();
+    auto s = std::move(w.inflight.front());
+    w.inflight.pop_front();
     auto& b = *s.b;
     if (b.done)
       return true;
@@ -402,9 +447,10 @@ private:
     return true;
   }
 
-  /// Writes up to `budget` bytes of the front slice; returns bytes written.
-  size_t write_some(lane_peer& p, size_t budget) {
-    auto& s = p.queue.front();
+  /// Writes up to `budget` bytes of `w`'s front slice; returns bytes
+  /// written.
+  size_t write_some(lane_peer& p, wire_conn& w, size_t budget) {
+    auto& s = w.queue.front();
     const size_t hdr_len = sizeof(wire::frame_header);
     const size_t total = hdr_len + s.hdr.length;
     iovec iov[2];
@@ -425,23 +471,38 @@ private:
       iov[cnt].iov_len = std::min<size_t>(s.hdr.length - off, budget);
       ++cnt;
     }
-    auto r = sendmsg_some(p.fd.get(), iov, cnt);
+    auto r = sendmsg_some(w.fd.get(), iov, cnt);
     if (r.status == io_status::would_block) {
-      p.writable = false;
+      w.writable = false;
       return 0;
     }
     if (r.status != io_status::progress) {
-      fail_conn(p, caf::make_error(transport_errc::peer_lost,
-                                   "send to " + p.link->name + ": "
-                                       + to_string(r.error)));
+      fail_conn(p, w,
+                caf::make_error(transport_errc::peer_lost,
+                                "send to " + p.link->name + ": "
+                                    + to_string(r.error)));
       return 0;
     }
     s.sent += r.bytes;
     if (s.sent == total) {
-      p.inflight.push_back(std::move(s));
-      p.queue.pop_front();
+      w.inflight.push_back(std::move(s));
+      w.queue.pop_front();
     }
     return r.bytes;
+  }
+
+  /// The next connection of `p` that can write, taking turns (one grant
+  /// each); null when none can.
+  wire_conn* next_writer(lane_peer& p) {
+    const auto n = p.conns.size();
+    for (size_t k = 0; k < n; ++k) {
+      auto ci = (p.next + k) % n;
+      if (can_write(p.conns[ci])) {
+        p.next = (ci + 1) % n;
+        return &p.conns[ci];
+      }
+    }
+    return nullptr;
   }
 
   /// Sends for one pass; true when the pass ended on its budget (come back
@@ -454,10 +515,12 @@ private:
     while (budget > 0) {
       // Skip slices of batches that already failed (deadline), unless they
       // are partly written: those keep the stream framed.
-      while (!p.queue.empty() && p.queue.front().b->done
-             && p.queue.front().sent == 0)
-        p.queue.pop_front();
-      bool ready = p.fd && p.writable && !p.queue.empty();
+      for (auto& w : p.conns)
+        while (!w.queue.empty() && w.queue.front().b->done
+               && w.queue.front().sent == 0)
+          w.queue.pop_front();
+      auto* w = next_writer(p);
+      bool ready = w != nullptr;
       auto now = now_ns();
       if (arb.set_ready(c, ready, now))
         other_->poke();
@@ -470,7 +533,7 @@ private:
         refused_ = true;
         return false;
       }
-      auto n = write_some(p, g.bytes);
+      auto n = write_some(p, *w, g.bytes);
       if (g.contended)
         arb.settle(c, g.bytes, n);
       budget -= std::min(budget, n);
@@ -492,11 +555,13 @@ private:
         // A partly written slice of this batch reads memory the caller may
         // now free: close that connection (it reconnects on next use).
         auto& p = peer_of(b.link);
-        if (!p.queue.empty() && p.queue.front().b.get() == &b
-            && p.queue.front().sent > 0)
-          fail_conn(p, caf::make_error(transport_errc::peer_lost,
-                                       "connection closed after a deadline "
-                                       "mid-frame"));
+        for (auto& w : p.conns)
+          if (!w.queue.empty() && w.queue.front().b.get() == &b
+              && w.queue.front().sent > 0)
+            fail_conn(p, w,
+                      caf::make_error(transport_errc::peer_lost,
+                                      "connection closed after a deadline "
+                                      "mid-frame"));
       }
       if (b.done)
         i = batches_.erase(i);
@@ -521,13 +586,30 @@ private:
       // the arbiter made wait looks again within the arbiter's stale time.
       int timeout = more ? 0 : refused_ ? 1 : batches_.empty() ? 100 : 5;
       refused_ = false;
-      if (timeout > 0) {
-        idle_.store(true);
-        if (poked_.load())
-          timeout = 0;
+      caf::expected<int> n = 0;
+      if (timeout > 0 && spin_.count() > 0 && !batches_.empty()) {
+        // A transfer is under way: its acknowledgements and send space
+        // come within microseconds; polling for them saves the wake-ups.
+        // (Posters see idle_ false and only set poked_, checked here.)
+        n = poll_.spin(
+            events.data(), static_cast<int>(events.size()), spin_,
+            [this] { return poked_.load() || stop_.load(); }, spins_);
+        if (n && (*n > 0 || poked_.load()))
+          ctx_.stats.kv_spin_hits += 1;
+        else
+          n = 0;
       }
-      auto n =
-          poll_.wait(events.data(), static_cast<int>(events.size()), timeout);
+      if (n && *n == 0 && !poked_.load()) {
+        if (timeout > 0) {
+          idle_.store(true);
+          if (poked_.load())
+            timeout = 0;
+        }
+        if (timeout > 0 && tc_ == traffic_class::kv)
+          ctx_.stats.kv_sleeps += 1;
+        n = poll_.wait(events.data(), static_cast<int>(events.size()),
+                       timeout);
+      }
       idle_.store(false);
       poked_.store(false);
       for (int i = 0; n && i < *n; ++i) {
@@ -536,11 +618,12 @@ private:
           static_cast<void>(poll_.drain_wake()); // level-triggered: retried
           continue;
         }
-        auto& p = *peers_[static_cast<size_t>(token)];
+        auto& p = *peers_[static_cast<size_t>(token / conns_per_peer_)];
+        auto& w = p.conns[static_cast<size_t>(token % conns_per_peer_)];
         if (events[i].events & EPOLLOUT)
-          p.writable = true;
+          w.writable = true;
         if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
-          read_acks(p);
+          read_acks(p, w);
       }
       take_inbox();
       check_deadlines();
@@ -554,6 +637,11 @@ private:
 
   tcp_context& ctx_;
   const traffic_class tc_;
+  /// How long this lane polls before it sleeps (kv only, see options).
+  const std::chrono::nanoseconds spin_;
+  uint64_t spins_ = 0;
+  /// Connections per peer (kv: tcp_kv_connections; control: 1).
+  const size_t conns_per_peer_;
   lane* other_ = nullptr;
 
   // Shared with posters.

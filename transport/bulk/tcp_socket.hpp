@@ -94,6 +94,23 @@ public:
   /// (0 on timeout or EINTR).
   caf::expected<int> wait(epoll_event* events, int max, int timeout_ms);
 
+  /// Polls without sleeping (epoll_wait with a zero timeout) until an
+  /// event, `stop()` holds, or `spin` has passed; returns the events (0:
+  /// none came). `spins` counts the polls that found nothing.
+  template <class Stop>
+  caf::expected<int> spin(epoll_event* events, int max,
+                          std::chrono::nanoseconds spin, Stop stop,
+                          uint64_t& spins) {
+    auto until = std::chrono::steady_clock::now() + spin;
+    for (;;) {
+      auto n = wait(events, max, 0);
+      if (!n || *n > 0 || stop()
+          || std::chrono::steady_clock::now() >= until)
+        return n;
+      ++spins;
+    }
+  }
+
   /// Makes the next (or current) wait return (any thread).
   caf::error wake();
 

@@ -5,7 +5,9 @@
 // connections, deadlines, a receiver process killed mid-batch, reconnection,
 // weighted round robin under contention, the OS priorities of every socket
 // and thread, completions bound by acknowledgements (against a peer that
-// speaks the protocol by hand) and bounded queues.
+// speaks the protocol by hand), bounded queues, kv threads that poll
+// through a stream (tcp_kv_spin) and sleep when it ends, and kv batches
+// spread over tcp_kv_connections, each batch's immediate after its bytes.
 #include <doctest/doctest.h>
 
 #include <arpa/inet.h>
@@ -1168,4 +1170,174 @@ TEST_CASE("drop_peer from an immediate handler returns at once and the "
   CHECK(std::memcmp(dst.data(), payload.data(), len) == 0);
   CHECK(std::all_of(dst.begin() + static_cast<ptrdiff_t>(len), dst.end(),
                     [](uint8_t x) { return x == 0; }));
+}
+
+namespace {
+
+/// A stream of `total` bytes of 1 MiB kv writes from `a` to `b`, at most 16
+/// in flight; true when every write completed without error and `dst`
+/// holds `src` byte for byte.
+bool kv_stream(backend& a, const local_registration& src,
+               const remote_region& dst_region,
+               const std::vector<uint8_t>& src_bytes,
+               const std::vector<uint8_t>& dst, size_t total) {
+  const size_t len = 1 << 20;
+  std::mutex m;
+  std::condition_variable cv;
+  int outstanding = 0, failures = 0;
+  for (size_t off = 0; off < total; off += len) {
+    std::unique_lock<std::mutex> g{m};
+    cv.wait(g, [&] { return outstanding < 16; });
+    ++outstanding;
+    g.unlock();
+    a.post(one_write(src, off, *dst_region.subrange(off, len)),
+           [&](completion c) {
+             std::lock_guard<std::mutex> g2{m};
+             failures += c.error ? 1 : 0;
+             --outstanding;
+             cv.notify_all();
+           });
+  }
+  std::unique_lock<std::mutex> g{m};
+  if (!cv.wait_for(g, 60s, [&] { return outstanding == 0; }))
+    return false;
+  return failures == 0
+         && std::memcmp(dst.data(), src_bytes.data(), total) == 0;
+}
+
+struct spin_counts {
+  uint64_t hits = 0;
+  uint64_t sleeps = 0;
+};
+
+spin_counts counts_of(const backend& a, const backend& b) {
+  auto sa = a.stats();
+  auto sb = b.stats();
+  return {sa.kv_spin_hits + sb.kv_spin_hits, sa.kv_sleeps + sb.kv_sleeps};
+}
+
+double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + ts.tv_nsec / 1e9;
+}
+
+} // namespace
+
+TEST_CASE("kv threads poll through a stream instead of sleeping, and sleep "
+          "when it ends") {
+  const size_t total = 64 << 20;
+  auto src_bytes = pattern(total, 21);
+  spin_counts during[2];
+  const std::chrono::microseconds spins[2] = {0us, 10000us};
+  for (int k = 0; k < 2; ++k) {
+    CAPTURE(spins[k].count());
+    auto oa = normal_kv_opts_for("a");
+    oa.tcp_kv_spin = spins[k];
+    auto ob = normal_kv_opts_for("b");
+    ob.tcp_kv_spin = spins[k];
+    auto a = make(oa);
+    auto b = make(ob);
+    link(*a, *b);
+    std::vector<uint8_t> dst(total, 0);
+    auto src = a->register_region(src_bytes.data(), src_bytes.size());
+    auto reg = b->register_region(dst.data(), dst.size());
+    REQUIRE(src);
+    REQUIRE(reg);
+    auto before = counts_of(*a, *b);
+    REQUIRE(kv_stream(*a, *src, reg->describe(), src_bytes, dst, total));
+    auto after = counts_of(*a, *b);
+    during[k] = {after.hits - before.hits, after.sleeps - before.sleeps};
+    MESSAGE("tcp_kv_spin " << spins[k].count() << " us: " << during[k].hits
+                           << " waits answered polling, "
+                           << during[k].sleeps << " slept, over 64 MiB");
+    // Once the stream is over no kv thread polls: a quiet backend pair
+    // sleeps, costing the process (almost) no CPU.
+    std::this_thread::sleep_for(50ms); // the last spin ends
+    auto idle_from = counts_of(*a, *b);
+    auto cpu_from = process_cpu_seconds();
+    std::this_thread::sleep_for(300ms);
+    auto idle_to = counts_of(*a, *b);
+    CHECK(idle_to.hits == idle_from.hits);
+    CHECK(process_cpu_seconds() - cpu_from < 0.1);
+  }
+  // Without a spin no wait is answered by polling; with one, the stream's
+  // waits are (most of them), so its threads slept far less often.
+  CHECK(during[0].hits == 0);
+  CHECK(during[0].sleeps > 0);
+  CHECK(during[1].hits > 0);
+  CHECK(during[1].sleeps * 2 < during[0].sleeps);
+}
+
+TEST_CASE("kv batches spread over tcp_kv_connections connections; each "
+          "batch's immediate follows all of its bytes") {
+  const size_t batch_len = 4 << 20; // 4 writes of 1 MiB, one frame each
+  const size_t batches = 24;
+  const size_t total = batch_len * batches;
+  auto src_bytes = pattern(total, 31);
+  for (uint32_t conns : {1u, 3u}) {
+    CAPTURE(conns);
+    auto oa = normal_kv_opts_for("a");
+    oa.tcp_kv_connections = conns;
+    auto a = make(oa);
+    auto b = make(normal_kv_opts_for("b"));
+    link(*a, *b);
+    std::vector<uint8_t> dst(total, 0);
+    auto src = a->register_region(src_bytes.data(), src_bytes.size());
+    auto reg = b->register_region(dst.data(), dst.size());
+    REQUIRE(src);
+    REQUIRE(reg);
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<int> signalled(batches, 0);
+    int early = 0, completed = 0, failures = 0;
+    b->on_immediate([&](const incoming_immediate& x) {
+      // Every byte of the batch is in place when its immediate arrives.
+      auto off = size_t{x.value} * batch_len;
+      bool whole = x.value < batches
+                   && std::memcmp(dst.data() + off, src_bytes.data() + off,
+                                  batch_len)
+                          == 0;
+      std::lock_guard<std::mutex> g{m};
+      early += whole ? 0 : 1;
+      if (x.value < batches)
+        signalled[x.value] += 1;
+      cv.notify_all();
+    });
+    for (uint32_t k = 0; k < batches; ++k) {
+      batch bt;
+      bt.tclass = traffic_class::kv;
+      bt.immediate = k;
+      for (size_t w = 0; w < 4; ++w) {
+        auto off = k * batch_len + w * (1 << 20);
+        bt.writes.push_back(
+            write_request{&*src, off, *reg->describe().subrange(off, 1 << 20)});
+      }
+      a->post(std::move(bt), [&](completion c) {
+        std::lock_guard<std::mutex> g{m};
+        failures += c.error ? 1 : 0;
+        ++completed;
+        cv.notify_all();
+      });
+    }
+    std::unique_lock<std::mutex> g{m};
+    REQUIRE(cv.wait_for(g, 60s, [&] {
+      return completed == static_cast<int>(batches)
+             && std::count(signalled.begin(), signalled.end(), 1)
+                    == static_cast<long>(batches);
+    }));
+    CHECK(failures == 0);
+    CHECK(early == 0);
+    CHECK(std::memcmp(dst.data(), src_bytes.data(), total) == 0);
+    g.unlock();
+    // The kv connections a opened to b (TOS marks kv), one per configured
+    // connection: 24 batches in flight at once keep every one busy.
+    auto bport = port_of(*b);
+    auto kv_to_b = marks_of(
+        [&](uint16_t, uint16_t peer) { return peer == bport; });
+    auto kv = std::count(kv_to_b.begin(), kv_to_b.end(),
+                         std::pair<int, int>{0x20, 1});
+    CHECK(kv == static_cast<long>(conns));
+    CHECK(a->stats().connects == conns);
+  }
 }

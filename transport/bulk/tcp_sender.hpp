@@ -13,7 +13,10 @@
 // `tcp_kv_chunk_kib` per call), reads the in-order acknowledgements, completes
 // a batch when every frame of it is acknowledged (so no completion precedes
 // its bytes landing in the destination) and fails batches past their
-// deadline. Bounded queues: at most `max_pending_batches` per peer and class,
+// deadline. The kv lane keeps `tcp_kv_connections` connections per peer:
+// each batch goes whole on the least loaded one (its immediate after its
+// bytes), and they take turns per grant. With batches pending, the kv lane
+// polls for up to `tcp_kv_spin_us` before it sleeps. Bounded queues: at most `max_pending_batches` per peer and class,
 // more fail queue_full.
 //
 // Thread safety: every public member function may be called from any thread;

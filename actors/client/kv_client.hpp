@@ -30,7 +30,8 @@
 //    over its loopback bulk transport (PE path), blocks [k, n) by the decode
 //    node's reader and written over the fabric from the decode node's buffer
 //    (DE path). A request may force a path (tests, operators).
-//    Layers are posted in order, so layer l lands before l + 1 on each path.
+//    Layers are posted in order (they may land out of order over tcp with
+//    transport.tcp_kv_connections above 1; wait_for_layer counts per layer).
 //  - wait_for_layer: blocks until layer l of every block that did not fail
 //    is in its page (what an engine calls before layer l's attention).
 //  - start_save: a request's new Full Blocks from its pages to storage: the

@@ -439,6 +439,16 @@ private:
     if (a.status != 0) {
       finish(b, caf::make_error(static_cast<transport_errc>(a.status),
                                 "write rejected by " + name));
+      // A later frame of it partly written reads memory the caller may now
+      // free: close that connection (it reconnects on next use).
+      if (!w.queue.empty() && w.queue.front().b.get() == &b
+          && w.queue.front().sent > 0) {
+        fail_conn(p, w,
+                  caf::make_error(transport_errc::peer_lost,
+                                  "connection closed after a rejected write "
+                                  "mid-frame"));
+        return false;
+      }
       return true;
     }
     b.acked_bytes += s.hdr.length;
@@ -596,10 +606,11 @@ private:
             [this] { return poked_.load() || stop_.load(); }, spins_);
         if (n && (*n > 0 || poked_.load()))
           ctx_.stats.kv_spin_hits += 1;
-        else
-          n = 0;
+        if (!n)
+          n = 0; // then the wait below
       }
-      if (n && *n == 0 && !poked_.load()) {
+      if (*n == 0) {
+        // Every pass reads its sockets, a poked one without sleeping.
         if (timeout > 0) {
           idle_.store(true);
           if (poked_.load())

@@ -109,6 +109,14 @@ TEST_CASE("out of range: negative bandwidth, zero layers, block size 0") {
   CHECK(has(f.message, "allowed an integer in 0 .. 15"));
   f = fails_override("workload.agents=99999999999999999999");
   CHECK(f.code == config_errc::out_of_range);
+  f = fails_override("transport.tcp_kv_connections=0");
+  CHECK(f.code == config_errc::out_of_range);
+  CHECK(has(f.message, "'transport.tcp_kv_connections' = 0"));
+  CHECK(has(f.message, "allowed an integer in 1 .. 16"));
+  f = fails_override("transport.tcp_kv_spin_us=-1");
+  CHECK(f.code == config_errc::out_of_range);
+  CHECK(has(f.message, "'transport.tcp_kv_spin_us' = -1"));
+  CHECK(has(f.message, "allowed an integer in 0 .. 10000"));
 }
 
 TEST_CASE("invalid choice") {

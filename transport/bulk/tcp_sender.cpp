@@ -265,11 +265,11 @@ private:
 
   /// The connection with the fewest frames queued or unacknowledged.
   static wire_conn& least_loaded(lane_peer& p) {
-    return *std::min_element(
-        p.conns.begin(), p.conns.end(), [](const auto& x, const auto& y) {
-          return x.queue.size() + x.inflight.size()
-                 < y.queue.size() + y.inflight.size();
-        });
+    return *std::min_element(p.conns.begin(), p.conns.end(),
+                             [](const auto& x, const auto& y) {
+                               return x.queue.size() + x.inflight.size()
+                                      < y.queue.size() + y.inflight.size();
+                             });
   }
 
   void take_inbox() {
@@ -427,8 +427,9 @@ private:
     const auto& name = p.link->name;
     if (a.magic != wire::ack_magic || w.inflight.empty()
         || a.seq != w.inflight.front().hdr.seq) {
-      fail_conn(p, w, caf::make_error(transport_errc::bad_frame,
-                                      "garbled acknowledgement from " + name));
+      fail_conn(p, w,
+                caf::make_error(transport_errc::bad_frame,
+                                "garbled acknowledgement from " + name));
       return false;
     }
     auto s = std::move(w.inflight.front());
@@ -618,8 +619,7 @@ private:
         }
         if (timeout > 0 && tc_ == traffic_class::kv)
           ctx_.stats.kv_sleeps += 1;
-        n = poll_.wait(events.data(), static_cast<int>(events.size()),
-                       timeout);
+        n = poll_.wait(events.data(), static_cast<int>(events.size()), timeout);
       }
       idle_.store(false);
       poked_.store(false);

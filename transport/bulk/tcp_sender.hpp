@@ -16,8 +16,8 @@
 // deadline. The kv lane keeps `tcp_kv_connections` connections per peer:
 // each batch goes whole on the least loaded one (its immediate after its
 // bytes), and they take turns per grant. With batches pending, the kv lane
-// polls for up to `tcp_kv_spin_us` before it sleeps. Bounded queues: at most `max_pending_batches` per peer and class,
-// more fail queue_full.
+// polls for up to `tcp_kv_spin_us` before it sleeps. Bounded queues: at most
+// `max_pending_batches` per peer and class, more fail queue_full.
 //
 // Thread safety: every public member function may be called from any thread;
 // completion sinks run on the batch's lane thread without any lock held.

@@ -104,8 +104,7 @@ public:
     auto until = std::chrono::steady_clock::now() + spin;
     for (;;) {
       auto n = wait(events, max, 0);
-      if (!n || *n > 0 || stop()
-          || std::chrono::steady_clock::now() >= until)
+      if (!n || *n > 0 || stop() || std::chrono::steady_clock::now() >= until)
         return n;
       ++spins;
     }

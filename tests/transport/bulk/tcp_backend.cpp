@@ -1201,8 +1201,7 @@ bool kv_stream(backend& a, const local_registration& src,
   std::unique_lock<std::mutex> g{m};
   if (!cv.wait_for(g, 60s, [&] { return outstanding == 0; }))
     return false;
-  return failures == 0
-         && std::memcmp(dst.data(), src_bytes.data(), total) == 0;
+  return failures == 0 && std::memcmp(dst.data(), src_bytes.data(), total) == 0;
 }
 
 struct spin_counts {
@@ -1249,8 +1248,8 @@ TEST_CASE("kv threads poll through a stream instead of sleeping, and sleep "
     auto after = counts_of(*a, *b);
     during[k] = {after.hits - before.hits, after.sleeps - before.sleeps};
     MESSAGE("tcp_kv_spin " << spins[k].count() << " us: " << during[k].hits
-                           << " waits answered polling, "
-                           << during[k].sleeps << " slept, over 64 MiB");
+                           << " waits answered polling, " << during[k].sleeps
+                           << " slept, over 64 MiB");
     // Once the stream is over no kv thread polls: a quiet backend pair
     // sleeps, costing the process (almost) no CPU.
     std::this_thread::sleep_for(50ms); // the last spin ends
@@ -1294,10 +1293,10 @@ TEST_CASE("kv batches spread over tcp_kv_connections connections; each "
     b->on_immediate([&](const incoming_immediate& x) {
       // Every byte of the batch is in place when its immediate arrives.
       auto off = size_t{x.value} * batch_len;
-      bool whole = x.value < batches
-                   && std::memcmp(dst.data() + off, src_bytes.data() + off,
-                                  batch_len)
-                          == 0;
+      bool whole =
+          x.value < batches
+          && std::memcmp(dst.data() + off, src_bytes.data() + off, batch_len)
+                 == 0;
       std::lock_guard<std::mutex> g{m};
       early += whole ? 0 : 1;
       if (x.value < batches)
@@ -1333,8 +1332,8 @@ TEST_CASE("kv batches spread over tcp_kv_connections connections; each "
     // The kv connections a opened to b (TOS marks kv), one per configured
     // connection: 24 batches in flight at once keep every one busy.
     auto bport = port_of(*b);
-    auto kv_to_b = marks_of(
-        [&](uint16_t, uint16_t peer) { return peer == bport; });
+    auto kv_to_b =
+        marks_of([&](uint16_t, uint16_t peer) { return peer == bport; });
     auto kv = std::count(kv_to_b.begin(), kv_to_b.end(),
                          std::pair<int, int>{0x20, 1});
     CHECK(kv == static_cast<long>(conns));

@@ -1204,6 +1204,17 @@ bool kv_stream(backend& a, const local_registration& src,
   return failures == 0 && std::memcmp(dst.data(), src_bytes.data(), total) == 0;
 }
 
+/// `src` registered at `a` and `dst` at `b`, both required to succeed.
+std::pair<local_registration, local_registration>
+registered(backend& a, std::vector<uint8_t>& src, backend& b,
+           std::vector<uint8_t>& dst) {
+  auto s = a.register_region(src.data(), src.size());
+  auto d = b.register_region(dst.data(), dst.size());
+  REQUIRE(s);
+  REQUIRE(d);
+  return {std::move(*s), std::move(*d)};
+}
+
 struct spin_counts {
   uint64_t hits = 0;
   uint64_t sleeps = 0;
@@ -1239,12 +1250,9 @@ TEST_CASE("kv threads poll through a stream instead of sleeping, and sleep "
     auto b = make(ob);
     link(*a, *b);
     std::vector<uint8_t> dst(total, 0);
-    auto src = a->register_region(src_bytes.data(), src_bytes.size());
-    auto reg = b->register_region(dst.data(), dst.size());
-    REQUIRE(src);
-    REQUIRE(reg);
+    auto [src, reg] = registered(*a, src_bytes, *b, dst);
     auto before = counts_of(*a, *b);
-    REQUIRE(kv_stream(*a, *src, reg->describe(), src_bytes, dst, total));
+    REQUIRE(kv_stream(*a, src, reg.describe(), src_bytes, dst, total));
     auto after = counts_of(*a, *b);
     during[k] = {after.hits - before.hits, after.sleeps - before.sleeps};
     MESSAGE("tcp_kv_spin " << spins[k].count() << " us: " << during[k].hits
@@ -1282,10 +1290,7 @@ TEST_CASE("kv batches spread over tcp_kv_connections connections; each "
     auto b = make(normal_kv_opts_for("b"));
     link(*a, *b);
     std::vector<uint8_t> dst(total, 0);
-    auto src = a->register_region(src_bytes.data(), src_bytes.size());
-    auto reg = b->register_region(dst.data(), dst.size());
-    REQUIRE(src);
-    REQUIRE(reg);
+    auto [src, reg] = registered(*a, src_bytes, *b, dst);
     std::mutex m;
     std::condition_variable cv;
     std::vector<int> signalled(batches, 0);
@@ -1310,7 +1315,7 @@ TEST_CASE("kv batches spread over tcp_kv_connections connections; each "
       for (size_t w = 0; w < 4; ++w) {
         auto off = k * batch_len + w * (1 << 20);
         bt.writes.push_back(
-            write_request{&*src, off, *reg->describe().subrange(off, 1 << 20)});
+            write_request{&src, off, *reg.describe().subrange(off, 1 << 20)});
       }
       a->post(std::move(bt), [&](completion c) {
         std::lock_guard<std::mutex> g{m};

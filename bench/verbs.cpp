@@ -4,9 +4,14 @@
 // bench/verbs.sh runs it inside the rdma-vm guest against perftest's
 // ib_write_bw on the same device pair.
 //
-//   verbs_<size>  RDMA WRITEs of <size> into a 64 MiB region, `window`
-//                 batches in flight (default: 16 MiB, at least 4; the send
-//                 queue 256 deep), `bytes` per run.
+//   verbs_<size>      RDMA WRITEs of <size> cycling through a 64 MiB source
+//                     and a 64 MiB destination region, `window` batches in
+//                     flight (default: 16 MiB, at least 4; the send queue
+//                     256 deep), `bytes` per run.
+//   verbs_<size>_hot  the same, every write from and to the same <size>
+//                     bytes: the working set of ib_write_bw, which for
+//                     messages over half a page posts every write from one
+//                     buffer to one remote address.
 //
 // Devices: $DUALPATH_VERBS_DEVICE (sender), $DUALPATH_VERBS_PEER_DEVICE
 // (receiver); empty: the first device.
@@ -35,15 +40,21 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
+enum class working_set { cycling, same_bytes };
+
 struct workload {
   const char* name;
   uint64_t size;
+  working_set set;
 };
 
 const workload workloads[] = {
-    {"verbs_64k", 64 << 10},
-    {"verbs_1m", 1 << 20},
-    {"verbs_4m", 4 << 20},
+    {"verbs_64k", 64 << 10, working_set::cycling},
+    {"verbs_1m", 1 << 20, working_set::cycling},
+    {"verbs_4m", 4 << 20, working_set::cycling},
+    {"verbs_64k_hot", 64 << 10, working_set::same_bytes},
+    {"verbs_1m_hot", 1 << 20, working_set::same_bytes},
+    {"verbs_4m_hot", 4 << 20, working_set::same_bytes},
 };
 
 constexpr uint64_t region_len = 64 << 20;
@@ -90,7 +101,7 @@ options verbs_options(const char* node, const char* device_env) {
 /// earlier one (on the backend's thread, as perftest's single loop does).
 double run_once(backend& be, const local_registration& src,
                 const transport::remote_region& dst, uint64_t size,
-                uint64_t count, int window) {
+                working_set set, uint64_t count, int window) {
   struct state {
     std::mutex mtx;
     std::condition_variable cv;
@@ -99,7 +110,7 @@ double run_once(backend& be, const local_registration& src,
     uint64_t bytes = 0;
     std::string failure;
   } st;
-  const uint64_t slots = region_len / size;
+  const uint64_t slots = set == working_set::same_bytes ? 1 : region_len / size;
   std::function<void()> post_one = [&] {
     uint64_t next = 0;
     {
@@ -211,12 +222,12 @@ int main(int argc, char** argv) {
                 : static_cast<int>(std::max<uint64_t>(4, (16 << 20) / w.size));
         std::vector<double> xs;
         uint64_t count = std::max<uint64_t>(total / w.size, 1);
-        if (run_once(**be, *reg, dst, w.size, std::max<uint64_t>(count / 8, 4),
-                     win)
+        if (run_once(**be, *reg, dst, w.size, w.set,
+                     std::max<uint64_t>(count / 8, 4), win)
             < 0) // warm-up
           rc = 1;
         for (int r = 0; r < runs && rc == 0; ++r) {
-          xs.push_back(run_once(**be, *reg, dst, w.size, count, win));
+          xs.push_back(run_once(**be, *reg, dst, w.size, w.set, count, win));
           if (xs.back() < 0)
             rc = 1;
         }

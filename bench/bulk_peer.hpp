@@ -21,6 +21,12 @@
 
 namespace dualpath::bench {
 
+/// Which bytes a throughput workload's writes touch: `cycling` walks large
+/// source and destination regions (as KV blocks land), `same_bytes` writes
+/// from and to one message-sized buffer (the working set of iperf3,
+/// ucx_perftest and ib_write_bw).
+enum class working_set { cycling, same_bytes };
+
 /// A child process serving one registered region of `len` bytes over tcp.
 struct receiver_process {
   pid_t pid = -1;

@@ -40,7 +40,7 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
-enum class working_set { cycling, same_bytes };
+using bench::working_set;
 
 struct workload {
   const char* name;

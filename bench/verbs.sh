@@ -23,7 +23,8 @@
 #   RESULT verbs ratio_64k=A ratio_1m=B ratio_4m=C min_ratio=M
 #     cold_64k=D cold_1m=E cold_4m=F
 # ratio = verbs_<size>_hot median / ib_write_bw median, cold = verbs_<size>
-# median / ib_write_bw median (GB/s = 1e9 bytes/s); target M >= 1.0. BUILD_DIR (set by bench/run) holds the build;
+# median / ib_write_bw median (GB/s = 1e9 bytes/s); target M >= 1.0.
+# BUILD_DIR (set by bench/run) holds the build;
 # BENCH_VERBS_BIN names an already built bench_verbs instead.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)

@@ -23,7 +23,6 @@
 #include "actors/placement/global_scheduler.hpp"
 #include "actors/protocol/prefill_engine_actor.hpp"
 #include "actors/protocol/register.hpp"
-#include "actors/protocol/storage_reader_actor.hpp"
 #include "scheduler/workload/trajectory.hpp"
 #include "transport/bulk/backend.hpp"
 #include "transport/storage/block_store.hpp"
@@ -426,31 +425,6 @@ void stop_actor(caf::scoped_actor& self, const caf::actor& hdl) {
   self->receive([](const caf::down_msg&) {}, caf::after(seconds(5)) >> [] {});
 }
 
-// A storage reader starts its I/O threads when it first runs, after its
-// spawn has returned. The node joins only once that has happened: the first
-// reply to a query proves the reader is up; one that quit instead (an I/O
-// thread that could not start) is named with the reason it gave.
-caf::error reader_started(caf::actor_system& sys,
-                          const storage_reader_actor& reader,
-                          const std::string& node) {
-  caf::scoped_actor self{sys};
-  self->monitor(reader);
-  caf::error err;
-  self->request(reader, seconds(10), queue_atom_v)
-      .receive([](const read_queue_status&) {},
-               [&](caf::error& e) { err = std::move(e); });
-  if (!err)
-    return {};
-  self->receive(
-      [&](const caf::down_msg& down) {
-        if (down.reason)
-          err = down.reason;
-      },
-      caf::after(seconds(1)) >> [] {});
-  return node_error("the storage reader of " + node
-                    + " did not start: " + sys.render(err));
-}
-
 // -- the scheduler node
 // --------------------------------------------------------
 
@@ -600,11 +574,8 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
     auto names = cf.names_of(me.role);
     auto group = static_cast<uint32_t>(
         std::find(names.begin(), names.end(), me.name) - names.begin());
-    auto ready = reader_started(sys, built->node->reader, me.name);
-    auto engine =
-        ready ? caf::expected<caf::actor>{std::move(ready)}
-              : cluster::spawn_node_engine(sys, *spec, built->node, group, time,
-                                           scheduler, me.gpus);
+    auto engine = cluster::spawn_node_engine(sys, *spec, built->node, group,
+                                             time, scheduler, me.gpus);
     auto engines =
         engine ? caf::expected<std::vector<caf::actor>>{std::vector<caf::actor>{
             *engine}}

@@ -632,19 +632,17 @@ caf::expected<const std::byte*> resolve_source(reader_state& st,
                              + " of node " + r.node);
 }
 
-reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg) {
+// The I/O threads, started by spawn_storage_reader before the actor exists
+// and moved into its state when it first runs (spawn's arguments are
+// copied, so they travel in a shared slot that the state empties).
+using workers_slot =
+    std::shared_ptr<std::unique_ptr<transport::storage::worker_pool>>;
+
+reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg,
+                                  workers_slot workers) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  if (st.cfg.io_threads > 0) {
-    st.workers = std::make_unique<transport::storage::worker_pool>(
-        st.cfg.io_threads, st.cfg.io_thread_start);
-    if (auto& err = st.workers->start_error()) {
-      self->quit(caf::make_error(storage_errc::io_error,
-                                 "storage reader of " + st.cfg.node
-                                     + ": I/O thread: " + caf::to_string(err)));
-      return reader_impl::behavior_type::make_empty_behavior();
-    }
-  }
+  st.workers = std::move(*workers);
   if (st.cfg.max_inflight == 0)
     st.cfg.max_inflight = 1;
   // Runs exist only where blocks complete together (pump_modeled).
@@ -903,7 +901,20 @@ spawn_storage_reader(caf::actor_system& sys, storage_reader_config cfg) {
         "buffer pool slots of " + std::to_string(cfg.pool->slot_bytes())
             + " bytes cannot hold block files of "
             + std::to_string(cfg.store->geometry().file_bytes()));
-  auto impl = sys.spawn(reader, std::move(cfg));
+  // The I/O threads start here, so a reader that spawn returns has them
+  // running (named and in their CPU class), and one that cannot start them
+  // is an error for the caller, not an actor that quits later.
+  auto workers =
+      std::make_shared<std::unique_ptr<transport::storage::worker_pool>>();
+  if (cfg.io_threads > 0) {
+    *workers = std::make_unique<transport::storage::worker_pool>(
+        cfg.io_threads, cfg.io_thread_start);
+    if (auto& err = (*workers)->start_error())
+      return caf::make_error(storage_errc::io_error,
+                             "storage reader of " + cfg.node
+                                 + ": I/O thread: " + caf::to_string(err));
+  }
+  auto impl = sys.spawn(reader, std::move(cfg), std::move(workers));
   return caf::actor_cast<storage_reader_actor>(impl);
 }
 

@@ -91,7 +91,8 @@ struct storage_reader_config {
   /// min(io_threads, max_inflight). 0 = inline I/O (deterministic tests only).
   uint32_t io_threads = 4;
   /// Runs first on each I/O thread (its name and CPU class: the node puts
-  /// KV reads below its control traffic); an error stops the reader with it.
+  /// KV reads below its control traffic); an error fails
+  /// spawn_storage_reader with it.
   std::function<caf::error()> io_thread_start;
   uint32_t max_inflight = 8; ///< Blocks read at once (disk queue depth).
   /// Slots reads may hold at once (issued and leased); 0: the whole pool.
@@ -122,8 +123,10 @@ struct storage_reader_config {
 storage_reader_config::pace_fn
 pace_with(std::shared_ptr<transport::link_pacer> pacer);
 
-/// Spawns a storage reader. Fails with invalid_argument when store or pool is
-/// missing or a pool slot cannot hold a block file of the store.
+/// Spawns a storage reader, its I/O threads started (and their start hook
+/// run) before it returns. Fails with invalid_argument when store or pool is
+/// missing or a pool slot cannot hold a block file of the store, and with
+/// io_error naming the reader when an I/O thread cannot start.
 caf::expected<storage_reader_actor>
 spawn_storage_reader(caf::actor_system& sys, storage_reader_config cfg);
 

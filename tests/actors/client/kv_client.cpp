@@ -371,18 +371,10 @@ TEST_CASE("bad input is refused naming what was wrong") {
 
 namespace {
 
-// Policy and niceness of this process's threads named `comm`, once there
-// are any (the reader starts its I/O threads when its actor first runs);
-// empty if none appears within 5 s.
+// Policy and niceness of this process's threads named `comm`: a reader's
+// I/O threads are named and in their class when its spawn returns (the
+// client's make() has returned), so no wait.
 std::vector<std::pair<int, int>> threads_named(const std::string& comm) {
-  std::vector<std::pair<int, int>> out;
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds{5};
-  while (out.empty() && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds{10});
-    out = test::threads_now(comm);
-  }
-  // A thread is named before its class is set: read it again after that.
-  std::this_thread::sleep_for(std::chrono::milliseconds{200});
   return test::threads_now(comm);
 }
 

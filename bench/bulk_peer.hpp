@@ -101,7 +101,8 @@ inline bool fork_receiver(uint64_t len, transport::bulk::options o,
 
 /// Applies a bench flag that names a tcp option (`--kv-sched idle|batch|
 /// normal`, `--kv-nice N`, `--control-nice N`, `--kv-chunk-kib N`,
-/// `--slice-kib N`, `--kv-spin-us N`, `--kv-connections N`); false when
+/// `--kv-yield-chunk-kib N`, `--kv-yield-ms N`, `--slice-kib N`,
+/// `--kv-spin-us N`, `--kv-connections N`); false when
 /// `key` is none of them.
 inline bool tcp_option_flag(const std::string& key, const std::string& value,
                             transport::bulk::options& o) {
@@ -114,6 +115,10 @@ inline bool tcp_option_flag(const std::string& key, const std::string& value,
     o.tcp_control_nice = std::atoi(value.c_str());
   } else if (key == "--kv-chunk-kib") {
     o.tcp_kv_chunk_kib = static_cast<uint32_t>(std::atoi(value.c_str()));
+  } else if (key == "--kv-yield-chunk-kib") {
+    o.tcp_kv_yield_chunk_kib = static_cast<uint32_t>(std::atoi(value.c_str()));
+  } else if (key == "--kv-yield-ms") {
+    o.tcp_kv_yield = std::chrono::milliseconds{std::atoi(value.c_str())};
   } else if (key == "--slice-kib") {
     o.slice_kib = static_cast<uint64_t>(std::atoi(value.c_str()));
   } else if (key == "--kv-connections") {

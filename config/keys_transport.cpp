@@ -85,6 +85,16 @@ void add_transport(std::vector<key_spec>& out) {
   s.integer("tcp_kv_chunk_kib", 256, "KiB", range::between(4, 65536),
             "Largest kv send or receive of one system call, so a waking "
             "control thread never waits long behind a kv copy in the kernel.");
+  s.integer("tcp_kv_yield_chunk_kib", 32, "KiB", range::between(4, 65536),
+            "Largest kv send or receive of one system call while control "
+            "traffic was seen within tcp_kv_yield_ms (at most "
+            "tcp_kv_chunk_kib): a waking control thread waits behind the kv "
+            "copy in the kernel, so its tail grows with this size, and "
+            "smaller calls cost kv throughput (docs/benchmarks.md, qos).");
+  s.integer("tcp_kv_yield_ms", 10, "ms", range::between(0, 60000),
+            "How long after control traffic (a control write posted or "
+            "received by this process) kv system calls stay at "
+            "tcp_kv_yield_chunk_kib; 0: always tcp_kv_chunk_kib.");
 }
 
 } // namespace dualpath::config::keys

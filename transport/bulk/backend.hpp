@@ -187,6 +187,9 @@ struct counters {
   /// (`tcp_kv_spin`), and waits that slept in the kernel.
   uint64_t kv_spin_hits = 0;
   uint64_t kv_sleeps = 0;
+  /// tcp kv system calls held to `tcp_kv_yield_chunk_kib` because control
+  /// traffic was seen within `tcp_kv_yield_ms`.
+  uint64_t kv_yield_calls = 0;
 };
 
 /// The abstract bulk transport (see file comment).
@@ -286,6 +289,11 @@ struct options {
   /// Largest kv send or receive per system call, so a control thread never
   /// waits long for a kv copy in the kernel to end.
   uint32_t tcp_kv_chunk_kib = 256;
+  /// ... and at most this while control traffic was seen within
+  /// `tcp_kv_yield` (a waking control thread then waits behind a kv copy
+  /// of this size at most; 0 ms: always tcp_kv_chunk_kib).
+  uint32_t tcp_kv_yield_chunk_kib = 32;
+  std::chrono::milliseconds tcp_kv_yield{10};
   /// kv connections per peer; each batch goes on one (least loaded).
   uint32_t tcp_kv_connections = 1;
   /// A kv sender or receive thread with a transfer under way polls without

@@ -71,6 +71,10 @@ caf::expected<options> options_from(const config::settings& cfg,
   o.tcp_tos_kv = static_cast<int>(cfg.integer("transport.tcp_tos_kv"));
   o.tcp_kv_chunk_kib =
       static_cast<uint32_t>(cfg.integer("transport.tcp_kv_chunk_kib"));
+  o.tcp_kv_yield_chunk_kib =
+      static_cast<uint32_t>(cfg.integer("transport.tcp_kv_yield_chunk_kib"));
+  o.tcp_kv_yield =
+      std::chrono::milliseconds{cfg.integer("transport.tcp_kv_yield_ms")};
   o.tcp_kv_connections =
       static_cast<uint32_t>(cfg.integer("transport.tcp_kv_connections"));
   o.tcp_kv_spin =

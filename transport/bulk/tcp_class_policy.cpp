@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <future>
 
 #include "transport/bulk/tcp_socket.hpp"
@@ -76,10 +77,23 @@ caf::error start_class_thread(std::thread& out, const options& opts,
   return err;
 }
 
-size_t syscall_chunk(const options& opts, traffic_class tc, size_t fallback) {
+size_t syscall_chunk(tcp_context& ctx, traffic_class tc, size_t fallback,
+                     int64_t now_ns) {
   if (tc == traffic_class::control)
     return fallback;
-  return std::max<size_t>(size_t{opts.tcp_kv_chunk_kib} << 10, 4096);
+  const auto& o = ctx.opts;
+  auto full = std::max<size_t>(size_t{o.tcp_kv_chunk_kib} << 10, 4096);
+  auto window =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(o.tcp_kv_yield)
+          .count();
+  auto last = ctx.last_control_ns();
+  if (window <= 0 || last == INT64_MIN || now_ns - last > window)
+    return full;
+  auto yield = std::max<size_t>(size_t{o.tcp_kv_yield_chunk_kib} << 10, 4096);
+  if (yield >= full)
+    return full;
+  ctx.stats.kv_yield_calls += 1;
+  return yield;
 }
 
 } // namespace dualpath::transport::bulk

@@ -5,7 +5,12 @@
 // disciplines), and its own sender and receive threads; the kv threads run at
 // the lowest CPU priority (SCHED_IDLE by default) and control threads ahead of
 // them, and a kv system call moves at most `tcp_kv_chunk_kib`, so a waking
-// control thread preempts a kv thread within one short copy.
+// control thread preempts a kv thread within one short copy. A thread's
+// wake-up waits for the copy in the kernel that the CPU is in to end, so the
+// control tail grows with that copy's size: while control traffic was seen
+// within `tcp_kv_yield_ms` (sent or received, in this process), kv calls
+// move at most `tcp_kv_yield_chunk_kib` (docs/benchmarks.md, qos: the chunk
+// sweep), and kv alone keeps the large, cheaper calls.
 //
 // Thread safety: free functions; the thread functions act on the calling
 // thread only.
@@ -18,6 +23,7 @@
 #include <caf/error.hpp>
 
 #include "transport/bulk/backend.hpp"
+#include "transport/bulk/tcp_context.hpp"
 
 namespace dualpath::transport::bulk {
 
@@ -41,8 +47,12 @@ caf::error start_class_thread(std::thread& out, const options& opts,
                               traffic_class tc, const char* name,
                               std::function<void()> body);
 
-/// Bytes one system call of class `tc` may move (kv: tcp_kv_chunk_kib;
-/// control: `fallback`).
-size_t syscall_chunk(const options& opts, traffic_class tc, size_t fallback);
+/// Bytes one system call of class `tc` may move at `now_ns` (clock_ns):
+/// control: `fallback`; kv: tcp_kv_yield_chunk_kib while control traffic
+/// was seen within tcp_kv_yield (counted in stats.kv_yield_calls),
+/// tcp_kv_chunk_kib otherwise; never more than tcp_kv_chunk_kib, never
+/// less than 4 KiB.
+size_t syscall_chunk(tcp_context& ctx, traffic_class tc, size_t fallback,
+                     int64_t now_ns);
 
 } // namespace dualpath::transport::bulk

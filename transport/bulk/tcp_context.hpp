@@ -9,12 +9,20 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 
 #include "transport/bulk/backend.hpp"
 #include "transport/bulk/region_table.hpp"
 
 namespace dualpath::transport::bulk {
+
+/// clock_type's now in nanoseconds since its epoch.
+inline int64_t clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             clock_type::now().time_since_epoch())
+      .count();
+}
 
 /// The `counters` of backend.hpp as atomics (same fields, same meaning).
 struct tcp_counters {
@@ -37,6 +45,7 @@ struct tcp_counters {
   value connects{0};
   value kv_spin_hits{0};
   value kv_sleeps{0};
+  value kv_yield_calls{0};
 
   counters snapshot() const {
     counters s;
@@ -60,6 +69,7 @@ struct tcp_counters {
     s.connects = connects;
     s.kv_spin_hits = kv_spin_hits;
     s.kv_sleeps = kv_sleeps;
+    s.kv_yield_calls = kv_yield_calls;
     return s;
   }
 };
@@ -86,7 +96,20 @@ public:
       (*f)(x);
   }
 
+  /// Records control-class traffic (a write posted, a frame received) at
+  /// `now_ns` (clock_type, nanoseconds since its epoch): kv system calls
+  /// stay short for `tcp_kv_yield_ms` after it (syscall_chunk).
+  void note_control(int64_t now_ns) {
+    last_control_ns_.store(now_ns, std::memory_order_relaxed);
+  }
+
+  /// When control-class traffic was last recorded (INT64_MIN: never).
+  int64_t last_control_ns() const {
+    return last_control_ns_.load(std::memory_order_relaxed);
+  }
+
 private:
+  std::atomic<int64_t> last_control_ns_{INT64_MIN};
   std::shared_ptr<const immediate_handler> handler_;
 };
 

@@ -506,6 +506,10 @@ bool tcp_receiver::loop::handle_header(in_conn& c) {
   }
   c.hdr = *parsed;
   auto& h = c.hdr;
+  // A control frame (not a handshake, which every connection starts with
+  // in this loop): kv calls stay short for a while (syscall_chunk).
+  if (c.tclass == traffic_class::control)
+    ctx_.note_control(clock_ns());
   c.done = 0;
   c.verdict =
       ctx_.regions.acquire(h.region_id, h.key, h.offset, h.length, c.pin);
@@ -553,8 +557,6 @@ void tcp_receiver::loop::on_readable(in_conn& c) {
   // Bounded work per wake-up so one busy peer cannot starve the others
   // (epoll is level-triggered, so the rest is read on the next round).
   size_t budget = 4 * 1024 * 1024;
-  // kv: short copies, so a waking control thread preempts within one.
-  const size_t chunk_max = syscall_chunk(ctx_.opts, tc_, budget);
   while (budget > 0) {
     io_result r;
     size_t asked = 0;
@@ -574,6 +576,8 @@ void tcp_receiver::loop::on_readable(in_conn& c) {
       }
     } else {
       auto left = c.hdr.length - c.done;
+      // kv: short copies, so a waking control thread preempts within one.
+      auto chunk_max = syscall_chunk(ctx_, tc_, budget, clock_ns());
       asked = std::min<uint64_t>(left, std::min(budget, chunk_max));
       if (c.st == in_state::payload) {
         // Straight into the registered region.

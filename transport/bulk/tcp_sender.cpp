@@ -63,12 +63,6 @@ struct command {
   std::vector<slice> slices;
 };
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             clock_type::now().time_since_epoch())
-      .count();
-}
-
 constexpr size_t quantum = 64 * 1024;       // contended grant
 constexpr size_t pass_budget = 1024 * 1024; // per peer per pass
 
@@ -341,7 +335,7 @@ private:
     w.inflight.clear();
     w.queue.clear();
     bool ready = std::any_of(p.conns.begin(), p.conns.end(), can_write);
-    if (p.link->arbiter.set_ready(static_cast<size_t>(tc_), ready, now_ns()))
+    if (p.link->arbiter.set_ready(static_cast<size_t>(tc_), ready, clock_ns()))
       other_->poke();
   }
 
@@ -520,7 +514,6 @@ private:
   /// without waiting). `refused_` is set when the arbiter made us wait.
   bool pump(lane_peer& p) {
     const auto c = static_cast<size_t>(tc_);
-    const auto lone = syscall_chunk(ctx_.opts, tc_, pass_budget);
     auto& arb = p.link->arbiter;
     size_t budget = pass_budget;
     while (budget > 0) {
@@ -532,11 +525,13 @@ private:
           w.queue.pop_front();
       auto* w = next_writer(p);
       bool ready = w != nullptr;
-      auto now = now_ns();
+      auto now = clock_ns();
       if (arb.set_ready(c, ready, now))
         other_->poke();
       if (!ready)
         return false;
+      // Per grant: kv grants shrink as soon as control traffic shows up.
+      const auto lone = syscall_chunk(ctx_, tc_, pass_budget, now);
       auto g = arb.acquire(c, std::min(quantum, lone), lone, now);
       if (g.wake_other)
         other_->poke();
@@ -719,6 +714,8 @@ void tcp_sender::set_address(const std::string& peer, std::string host,
 }
 
 caf::error tcp_sender::enqueue(const batch& b, completion_sink& sink) {
+  if (b.tclass == traffic_class::control)
+    ctx_.note_control(clock_ns());
   return lanes_[static_cast<size_t>(b.tclass)]->enqueue(b, sink);
 }
 

@@ -1276,6 +1276,65 @@ TEST_CASE("kv threads poll through a stream instead of sleeping, and sleep "
   CHECK(during[1].sleeps * 2 < during[0].sleeps);
 }
 
+TEST_CASE("kv system calls shrink while control traffic flows, on both "
+          "ends, and stay large without it") {
+  const size_t total = 32 << 20;
+  auto src_bytes = pattern(total, 23);
+  auto yield_calls = [](const backend& x) { return x.stats().kv_yield_calls; };
+  // k = 0: kv alone; 1: kv with a control stream; 2: the same with
+  // tcp_kv_yield 0 (never shrink).
+  for (int k = 0; k < 3; ++k) {
+    CAPTURE(k);
+    auto oa = normal_kv_opts_for("a");
+    auto ob = normal_kv_opts_for("b");
+    oa.tcp_kv_chunk_kib = ob.tcp_kv_chunk_kib = 256;
+    oa.tcp_kv_yield_chunk_kib = ob.tcp_kv_yield_chunk_kib = 16;
+    if (k == 2)
+      oa.tcp_kv_yield = ob.tcp_kv_yield = 0ms;
+    auto a = make(oa);
+    auto b = make(ob);
+    link(*a, *b);
+    std::vector<uint8_t> dst(total, 0);
+    auto [src, reg] = registered(*a, src_bytes, *b, dst);
+    std::vector<uint8_t> csrc = pattern(4096, 24), cdst(4096, 0);
+    auto [cs, cr] = registered(*a, csrc, *b, cdst);
+    std::atomic<bool> stop{false};
+    std::atomic<int> control_writes{0}, control_failures{0};
+    std::thread control;
+    if (k > 0)
+      control = std::thread{[&] {
+        while (!stop) {
+          waiter w;
+          a->post(one_write(cs, 0, cr.describe(), traffic_class::control),
+                  w.sink());
+          control_failures += w.get().error ? 1 : 0;
+          control_writes += 1;
+          std::this_thread::sleep_for(200us);
+        }
+      }};
+    if (k > 0) // control has been seen before the stream starts
+      CHECK(eventually([&] { return control_writes.load() > 0; }));
+    bool ok = kv_stream(*a, src, reg.describe(), src_bytes, dst, total);
+    stop = true;
+    if (control.joinable())
+      control.join();
+    CHECK(ok); // every kv byte in place, whatever the call size
+    CHECK(control_failures == 0);
+    if (k > 0)
+      CHECK(cdst == csrc);
+    MESSAGE("case " << k << ": kv calls held short: sender " << yield_calls(*a)
+                    << ", receiver " << yield_calls(*b) << "; control writes "
+                    << control_writes.load());
+    if (k == 1) {
+      CHECK(yield_calls(*a) > 0);
+      CHECK(yield_calls(*b) > 0);
+    } else {
+      CHECK(yield_calls(*a) == 0);
+      CHECK(yield_calls(*b) == 0);
+    }
+  }
+}
+
 TEST_CASE("kv batches spread over tcp_kv_connections connections; each "
           "batch's immediate follows all of its bytes") {
   const size_t batch_len = 4 << 20; // 4 writes of 1 MiB, one frame each

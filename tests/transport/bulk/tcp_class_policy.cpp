@@ -109,8 +109,52 @@ TEST_CASE("a thread name the kernel refuses is an error naming the call") {
 TEST_CASE("kv system calls are bounded, control ones are not") {
   options o;
   o.tcp_kv_chunk_kib = 128;
-  CHECK(syscall_chunk(o, traffic_class::kv, 1 << 20) == 128 * 1024);
-  CHECK(syscall_chunk(o, traffic_class::control, 1 << 20) == 1 << 20);
+  {
+    tcp_context ctx{o};
+    CHECK(syscall_chunk(ctx, traffic_class::kv, 1 << 20, 0) == 128 * 1024);
+    CHECK(syscall_chunk(ctx, traffic_class::control, 1 << 20, 0) == 1 << 20);
+  }
   o.tcp_kv_chunk_kib = 1;
-  CHECK(syscall_chunk(o, traffic_class::kv, 1 << 20) == 4096);
+  tcp_context small{o};
+  CHECK(syscall_chunk(small, traffic_class::kv, 1 << 20, 0) == 4096);
+  CHECK(small.stats.kv_yield_calls == 0);
+}
+
+TEST_CASE("kv system calls shrink for tcp_kv_yield after control traffic") {
+  using namespace std::chrono_literals;
+  options o;
+  o.tcp_kv_chunk_kib = 256;
+  o.tcp_kv_yield_chunk_kib = 32;
+  o.tcp_kv_yield = 10ms;
+  tcp_context ctx{o};
+  const int64_t ms = 1'000'000;
+  const int64_t t0 = 5'000 * ms;
+  // Never any control: full calls.
+  CHECK(syscall_chunk(ctx, traffic_class::kv, 1 << 20, t0) == 256 * 1024);
+  ctx.note_control(t0);
+  CHECK(syscall_chunk(ctx, traffic_class::kv, 1 << 20, t0) == 32 * 1024);
+  CHECK(syscall_chunk(ctx, traffic_class::kv, 1 << 20, t0 + 10 * ms)
+        == 32 * 1024);
+  // A control thread's clock read a little later than ours: still short.
+  CHECK(syscall_chunk(ctx, traffic_class::kv, 1 << 20, t0 - ms) == 32 * 1024);
+  CHECK(ctx.stats.kv_yield_calls == 3);
+  // The window over: full calls again; control is never held short.
+  CHECK(syscall_chunk(ctx, traffic_class::kv, 1 << 20, t0 + 10 * ms + 1)
+        == 256 * 1024);
+  CHECK(syscall_chunk(ctx, traffic_class::control, 1 << 20, t0) == 1 << 20);
+  CHECK(ctx.stats.kv_yield_calls == 3);
+
+  // A yield chunk at or above the full one changes nothing (and is not
+  // counted); a window of 0 turns the shrinking off.
+  o.tcp_kv_yield_chunk_kib = 512;
+  tcp_context big{o};
+  big.note_control(t0);
+  CHECK(syscall_chunk(big, traffic_class::kv, 1 << 20, t0) == 256 * 1024);
+  CHECK(big.stats.kv_yield_calls == 0);
+  o.tcp_kv_yield_chunk_kib = 32;
+  o.tcp_kv_yield = 0ms;
+  tcp_context off{o};
+  off.note_control(t0);
+  CHECK(syscall_chunk(off, traffic_class::kv, 1 << 20, t0) == 256 * 1024);
+  CHECK(off.stats.kv_yield_calls == 0);
 }

@@ -622,6 +622,27 @@ spawn_node_engine(caf::actor_system& sys, const cluster_spec& spec,
   else
     hdl = caf::actor_cast<caf::actor>(spawn_decode_engine(sys, ec));
   caf::scoped_actor self{sys};
+  // An engine sets itself up (streams and their threads, staging, its
+  // layer streamer) before it handles a message: its answer to a status
+  // query says it runs. One that stopped instead is not enrolled; the
+  // error says why it stopped.
+  self->monitor(hdl);
+  caf::error down;
+  bool up = false;
+  auto probe = self->request(hdl, std::chrono::seconds(10), status_atom_v);
+  sim::settle(sys); // simulated time: the engine answers now
+  probe.receive([&](group_report&) { up = true; },
+                [&](caf::error& err) { down = std::move(err); });
+  if (!up) {
+    self->receive([&](caf::down_msg& dm) { down = std::move(dm.reason); },
+                  caf::after(std::chrono::seconds(1)) >> [] {});
+    self->send_exit(hdl, caf::exit_reason::user_shutdown);
+    return caf::make_error(caf::sec::runtime_error,
+                           to_string(node->role) + " engine of node "
+                               + node->name
+                               + " did not start: " + sys.render(down));
+  }
+  self->demonitor(hdl);
   for (uint32_t g = 0; g < spec.gpus_per_node; ++g) {
     bool enrolled = false;
     auto id = ec.id_of(g);

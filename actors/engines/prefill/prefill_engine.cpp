@@ -417,9 +417,17 @@ impl_actor::behavior_type prefill_engine(self_ptr self, engine_config cfg) {
   st.lanes.resize(st.cfg.gpus);
   // The layer streamer runs the steps; each of the two stops when the
   // other goes down.
-  st.streamer =
+  auto streamer =
       spawn_layer_streamer(self->home_system(), st.cfg,
                            caf::actor_cast<layer_streamer_reports>(self));
+  if (!streamer) {
+    self->quit(
+        caf::make_error(caf::sec::runtime_error,
+                        "prefill engine's layer streamer: "
+                            + self->home_system().render(streamer.error())));
+    return impl_actor::behavior_type::make_empty_behavior();
+  }
+  st.streamer = std::move(*streamer);
   self->monitor(st.streamer);
   // A decode node was lost (its node died; in a deployment the node agent
   // passes the notice on): its requests fail here too, so the engine goes

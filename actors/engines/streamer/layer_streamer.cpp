@@ -912,23 +912,13 @@ caf::error make_staging(const engine_config& cfg, uint32_t g, staging& s) {
   return {};
 }
 
-impl_actor::behavior_type layer_streamer(self_ptr self, engine_config cfg,
-                                         layer_streamer_reports engine) {
+impl_actor::behavior_type
+layer_streamer(self_ptr self, engine_config cfg, layer_streamer_reports engine,
+               std::shared_ptr<std::vector<staging>> lanes) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.engine = std::move(engine);
-  if (st.cfg.devices.size() < st.cfg.gpus || !st.cfg.node || !st.engine) {
-    self->quit(caf::make_error(caf::sec::invalid_argument,
-                               "layer streamer needs its node, its prefill "
-                               "engine and one device per GPU"));
-    return impl_actor::behavior_type::make_empty_behavior();
-  }
-  st.lanes.resize(st.cfg.gpus);
-  for (uint32_t g = 0; g < st.cfg.gpus; ++g)
-    if (auto err = make_staging(st.cfg, g, st.lanes[g])) {
-      self->quit(std::move(err));
-      return impl_actor::behavior_type::make_empty_behavior();
-    }
+  st.lanes = std::move(*lanes);
   // Its engine went down: the running step has no one to report to; the
   // decode nodes and the scheduler see the engine's loss themselves.
   self->monitor(st.engine);
@@ -959,11 +949,22 @@ impl_actor::behavior_type layer_streamer(self_ptr self, engine_config cfg,
 
 namespace dualpath::actors {
 
-layer_streamer_actor spawn_layer_streamer(caf::actor_system& sys,
-                                          engine_config cfg,
-                                          layer_streamer_reports engine) {
+caf::expected<layer_streamer_actor>
+spawn_layer_streamer(caf::actor_system& sys, engine_config cfg,
+                     layer_streamer_reports engine) {
+  if (cfg.devices.size() < cfg.gpus || !cfg.node || !engine)
+    return caf::make_error(caf::sec::invalid_argument,
+                           "layer streamer needs its node, its prefill "
+                           "engine and one device per GPU");
+  // The staging (memory, pins, streams and their threads, registrations)
+  // is made here, in the caller's thread: the streamer exists only with it.
+  auto lanes = std::make_shared<std::vector<streamer::staging>>(cfg.gpus);
+  for (uint32_t g = 0; g < cfg.gpus; ++g)
+    if (auto err = streamer::make_staging(cfg, g, (*lanes)[g]))
+      return err;
   return caf::actor_cast<layer_streamer_actor>(
-      sys.spawn(streamer::layer_streamer, std::move(cfg), std::move(engine)));
+      sys.spawn(streamer::layer_streamer, std::move(cfg), std::move(engine),
+                std::move(lanes)));
 }
 
 } // namespace dualpath::actors

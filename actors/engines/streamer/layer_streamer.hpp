@@ -41,10 +41,13 @@
 namespace dualpath::actors {
 
 /// Spawns the layer streamer of `cfg.node` working for `engine` (which it
-/// monitors: it stops when the engine does). It exits at once with the
-/// error if its GPUs' staging memory cannot be set up.
-layer_streamer_actor spawn_layer_streamer(caf::actor_system& sys,
-                                          engine_config cfg,
-                                          layer_streamer_reports engine);
+/// monitors: it stops when the engine does). Its GPUs' staging (host
+/// memory, pins, copy streams and their threads, registrations with the
+/// node's bulk transport) is set up first, in the calling thread: the error
+/// if that fails (or `cfg` lacks its node, a device per GPU or `engine`),
+/// no actor.
+caf::expected<layer_streamer_actor>
+spawn_layer_streamer(caf::actor_system& sys, engine_config cfg,
+                     layer_streamer_reports engine);
 
 } // namespace dualpath::actors

@@ -411,6 +411,29 @@ TEST_CASE("Basic reads only on the prefill side and holds every layer") {
   CHECK_EQ(r.bytes_pe_to_de, kv_bytes(tokens.size()));
 }
 
+TEST_CASE("an engine that cannot set itself up is not enrolled; the error "
+          "says why") {
+  rig c{load_mode::dualpath};
+  // A decode node without its storage reader: the engine stops in its
+  // set-up instead of running.
+  auto broken = std::make_shared<node_resources>(*c.de.node);
+  broken->reader = storage_reader_actor{};
+  auto hdl = cluster::spawn_node_engine(c.sys, c.make_spec(load_mode::dualpath),
+                                        broken, 0, c.time, c.sched);
+  REQUIRE_FALSE(hdl);
+  auto msg = c.sys.render(hdl.error());
+  CAPTURE(msg);
+  CHECK(msg.find("decode engine of node de did not start")
+        != std::string::npos);
+  CHECK(msg.find("buffer pool and reader") != std::string::npos);
+  // The healthy engines of the rig answered the same probe and run on.
+  auto tokens = rig::prompt(9, 2, 1);
+  c.populate(tokens, 2);
+  auto res = c.run({c.make(spec(1, tokens, 2, {}), read_plan{2, 1})});
+  REQUIRE_EQ(res.size(), 1u);
+  CHECK_EQ(res[0].verify_failures, 0u);
+}
+
 TEST_CASE("a storage read error becomes recomputed misses, still byte-exact") {
   for (uint32_t pe_side : {3u, 0u}) {
     CAPTURE(pe_side);

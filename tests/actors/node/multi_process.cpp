@@ -56,13 +56,15 @@ TEST_CASE("four processes over TLS give the embedded run's verified results") {
   auto emb = parse_report(embedded.out)["modes"]["dualpath"];
   deployment d{dir, cluster, settings};
   REQUIRE_MESSAGE(d.wait_joined(std::chrono::seconds(30)), d.logs());
-  // Every engine node runs its KV work below its control traffic: the
+  // Every engine node runs its KV work below its control traffic (all of
+  // these threads run once the node says it joined: its engine answered
+  // before it enrolled, spawn_node_engine): the
   // storage readers' I/O threads, the GPU streams' copy threads and the tcp
   // kv threads at SCHED_IDLE (the CAF threads that carry the control
   // messages are not).
   for (size_t i = 1; i < 4; ++i) {
     auto classes = thread_classes(d.node(i).pid());
-    for (const char* kv : {"dp-kv-io", "dp-kv-gpu", "dp-tcp-tx-kv"}) {
+    for (std::string kv : {"dp-kv-io", "dp-kv-gpu", "dp-tcp-tx-kv"}) {
       CAPTURE(i);
       CAPTURE(kv);
       CHECK(classes[kv].first > 0);

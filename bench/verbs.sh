@@ -7,7 +7,8 @@
 # at a time (bench_verbs' window and send queue, ib_write_bw's -t); every
 # run of either moves the same B bytes (default 96 MiB; ib_write_bw -n), the
 # rate is B over the time from the first write to the last completion;
-# every tool gets the same number of runs, median taken.
+# every tool gets the same number of runs, taken in turns round by round,
+# median taken.
 #
 # Under the rdma-vm guest the devices are Soft-RoCE under software emulation
 # (TCG): the absolute rates are the emulator's, tens of MB/s, and say nothing
@@ -93,28 +94,37 @@ perftest_gbps() { # size -> GB/s of one ib_write_bw run of $bytes
     awk -v s="$size" '$1 == s && $4 > 0 {printf "%.5f\n", $4 / 8}' || true
   wait "$srv" 2>/dev/null || true
 }
+# The tools take turns, round by round (one run of each per round, the same
+# order every round), so a drift of the emulator's speed within a boot
+# weighs on each alike instead of on whichever ran last.
+value_of() { awk '{for(i=1;i<=NF;i++) if ($i ~ /^median_gbps=/) {sub("median_gbps=","",$i); print $i}}'; }
 declare -A ours theirs
 for pair in "64k 65536" "1m 1048576" "4m 4194304"; do
   set -- $pair
   name=$1 size=$2
-  for w in "${name}_hot" "$name"; do
-    line=$(DUALPATH_VERBS_DEVICE=$tx DUALPATH_VERBS_PEER_DEVICE=$rx \
-           "$bin" --runs "$runs" --bytes "$bytes" --only "verbs_$w")
-    echo "$line"
-    ours[$w]=$(echo "$line" | awk '{for(i=1;i<=NF;i++) if ($i ~ /^median_gbps=/) {sub("median_gbps=","",$i); print $i}}')
-  done
-  vals=()
+  declare -A got=()
   for ((r = 0; r < runs; r++)); do
+    for w in "${name}_hot" "$name"; do
+      v=$(DUALPATH_VERBS_DEVICE=$tx DUALPATH_VERBS_PEER_DEVICE=$rx \
+          "$bin" --runs 1 --bytes "$bytes" --only "verbs_$w" | value_of)
+      [ -n "$v" ] || { echo "bench verbs: bench_verbs verbs_$w failed" >&2; exit 1; }
+      got[$w]+="$v "
+    done
     v=$(perftest_gbps "$size")
-    [ -n "$v" ] && vals+=("$v")
+    [ -n "$v" ] && got[peer]+="$v "
   done
-  if [ ${#vals[@]} -eq 0 ]; then
+  for w in "${name}_hot" "$name"; do
+    ours[$w]=$(printf '%s\n' ${got[$w]} | median)
+    echo "verbs_$w size=$size median_gbps=${ours[$w]} spread_gbps=$(printf '%s\n' ${got[$w]} | spread) runs=$runs"
+  done
+  if [ -z "${got[peer]:-}" ]; then
     echo "peer ib_write_bw size=$size no result"
     theirs[$name]=0
     continue
   fi
-  theirs[$name]=$(printf '%s\n' "${vals[@]}" | median)
-  echo "peer ib_write_bw size=$size median_gbps=${theirs[$name]} spread_gbps=$(printf '%s\n' "${vals[@]}" | spread) runs=${#vals[@]}"
+  theirs[$name]=$(printf '%s\n' ${got[peer]} | median)
+  echo "peer ib_write_bw size=$size median_gbps=${theirs[$name]} spread_gbps=$(printf '%s\n' ${got[peer]} | spread) runs=$(printf '%s\n' ${got[peer]} | wc -l)"
+  unset got
 done
 ratio() { awk -v a="${ours[$1]:-0}" -v b="${theirs[$2]:-0}" 'BEGIN{printf "%.3f", (b>0)?a/b:0}'; }
 r64=$(ratio 64k_hot 64k) r1=$(ratio 1m_hot 1m) r4=$(ratio 4m_hot 4m)

@@ -1268,12 +1268,13 @@ TEST_CASE("kv threads poll through a stream instead of sleeping, and sleep "
     CHECK(idle_to.hits == idle_from.hits);
     CHECK(process_cpu_seconds() - cpu_from < 0.1);
   }
-  // Without a spin no wait is answered by polling; with one, the stream's
-  // waits are (most of them), so its threads slept far less often.
+  // Without a spin no wait is answered by polling; with one, most of the
+  // stream's waits are (over two thirds: a wait longer than the spin still
+  // sleeps, and under a sanitizer beside other suites some are). Within one
+  // run of each setting: how many waits a stream has depends on the load.
   CHECK(during[0].hits == 0);
   CHECK(during[0].sleeps > 0);
-  CHECK(during[1].hits > 0);
-  CHECK(during[1].sleeps * 2 < during[0].sleeps);
+  CHECK(during[1].hits > 2 * during[1].sleeps);
 }
 
 TEST_CASE("kv system calls shrink while control traffic flows, on both "

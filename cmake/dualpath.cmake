@@ -14,7 +14,8 @@ function(dualpath_target_defaults target)
     # uninitialized. The plain build (-O2) keeps the warning as an error,
     # so a real case still fails CI's first step.
     target_compile_options(${target} PRIVATE
-      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -fsanitize-recover=null -Wno-maybe-uninitialized>)
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all -fsanitize-recover=null>
+      $<$<COMPILE_LANG_AND_ID:CXX,GNU>:-Wno-maybe-uninitialized>)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   elseif(DUALPATH_SANITIZE STREQUAL "thread")
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=thread>)

@@ -119,8 +119,8 @@ observe_options observe_options_from(const config::settings& cfg) {
   return o;
 }
 
-observe_session::observe_session(caf::actor_system& sys, observe_options opts)
-    : sys_(sys), opts_(std::move(opts)), mode_(std::make_shared<mode_cell>()) {
+observe_session::observe_session(caf::actor_system&, observe_options opts)
+    : opts_(std::move(opts)), mode_(std::make_shared<mode_cell>()) {
   metrics_ = std::make_shared<metrics_registry>();
   if (!opts_.trace_file.empty())
     timeline_ = std::make_shared<timeline>();

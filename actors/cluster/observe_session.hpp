@@ -106,7 +106,6 @@ public:
 private:
   observe_session(caf::actor_system& sys, observe_options opts);
 
-  caf::actor_system& sys_;
   observe_options opts_;
   std::shared_ptr<observe::metrics_registry> metrics_;
   std::shared_ptr<observe::timeline> timeline_;

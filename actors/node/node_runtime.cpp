@@ -395,7 +395,7 @@ caf::actor spawn_agent(caf::actor_system& sys, agent_state init,
         self->quit();
       }
     });
-    self->delayed_send(self, view_period, tick_atom::value);
+    self->delayed_send(self, view_period, tick_atom_v);
     return {
         [self](snic_atom) {
           auto& l = self->state.snic;
@@ -407,10 +407,10 @@ caf::actor spawn_agent(caf::actor_system& sys, agent_state init,
               .then(
                   [self](cluster_view& v) {
                     reconcile(self, v);
-                    self->delayed_send(self, view_period, tick_atom::value);
+                    self->delayed_send(self, view_period, tick_atom_v);
                   },
                   [self](caf::error&) {
-                    self->delayed_send(self, view_period, tick_atom::value);
+                    self->delayed_send(self, view_period, tick_atom_v);
                   });
         },
     };
@@ -634,7 +634,7 @@ caf::error run_engine_node(const config::settings& cfg, const cluster_file& cf,
         result = node_error("the scheduler node refused " + me.name + ": "
                             + sys.render(joined.error()));
       } else {
-        caf::anon_send(agent, tick_atom::value);
+        caf::anon_send(agent, tick_atom_v);
         log << "dualpath node " << me.name << ": " << engines->size() << " "
             << to_string(role) << " engines joined " << sn.name << " ("
             << to_string(sys_cfg.security()) << "); bulk transport " << chosen
@@ -860,7 +860,7 @@ run_cluster_job(const config::settings& cfg, const cluster_file& cf,
                                                  : engine_role::decode;
       for (size_t i = 0; i < n.actors.size() && i < n.actor_names.size(); ++i)
         if (n.actor_names[i] == "agent")
-          self->request(n.actors[i], seconds(5), snic_atom::value)
+          self->request(n.actors[i], seconds(5), snic_atom_v)
               .receive(
                   [&](uint64_t bytes, uint64_t rate) {
                     u.bytes = bytes;

@@ -157,7 +157,10 @@ std::string timeline::to_json() const {
   // binding point "e" to the slice it ends in): one arrow per layer and
   // request from the send's slice to the arrival's.
   uint64_t flow_id = 1;
-  for (auto& [key, out] : sends) {
+  for (auto& entry : sends) {
+    // Not a structured binding: C++17 lambdas cannot capture one (clang).
+    const auto& key = entry.first;
+    auto& out = entry.second;
     auto in = arrivals.find(key);
     if (in == arrivals.end())
       continue;

@@ -341,9 +341,13 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
   for (auto& s : scrapes)
     parsed.push_back(parse_prometheus(s));
   for (size_t i = 1; i < parsed.size(); ++i)
-    for (auto& [k, v] : parsed[i - 1])
+    for (auto& kv : parsed[i - 1]) {
+      // Not structured bindings: doctest's message macros capture them in
+      // a lambda, which C++17 does not allow (clang).
+      const auto& k = kv.first;
       if (k.find("_total") != std::string::npos && parsed[i].count(k))
-        CHECK_MESSAGE(parsed[i].at(k) >= v, k);
+        CHECK_MESSAGE(parsed[i].at(k) >= kv.second, k);
+    }
   check_every_scrape(dir, scrapes);
   auto& a = parsed.front();
   auto& b = parsed.back();
@@ -377,7 +381,8 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
     CAPTURE(family);
     bool basic = false;
     bool dualpath = false;
-    for (auto& [k, v] : b) {
+    for (auto& kv : b) {
+      const auto& k = kv.first; // not a binding: CHECK_MESSAGE captures it
       if (k.rfind(family, 0) != 0)
         continue;
       CHECK_MESSAGE(k.find("mode=\"") != std::string::npos, k);
@@ -438,7 +443,10 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
   std::map<std::pair<int, int>, std::vector<const span*>> tracks;
   for (auto& s : spans)
     tracks[{s.pid, s.tid}].push_back(&s);
-  for (auto& [key, xs] : tracks)
+  for (auto& track : tracks) {
+    // Not structured bindings: CHECK_MESSAGE captures them in a lambda.
+    const auto& key = track.first;
+    const auto& xs = track.second;
     for (auto* x : xs)
       for (auto* y : xs) {
         if (x == y)
@@ -449,6 +457,7 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
                       x->name << " and " << y->name << " overlap on pid "
                               << key.first << " tid " << key.second);
       }
+  }
   // Every request: prefill and decode spans; every layer: compute and send
   // inside its prefill span.
   std::map<std::string, std::map<uint64_t, const span*>> prefill_of;
@@ -466,11 +475,16 @@ TEST_CASE("a running dualpath run: metrics move, bad HTTP is refused, the "
   REQUIRE(prefill_of.size() == 2); // basic and dualpath
   REQUIRE(!layers.empty());
   CHECK(*layers.rbegin() + 1 == static_cast<int>(layers.size()));
-  for (auto& [mode, reqs] : prefill_of) {
+  for (auto& by_mode : prefill_of) {
+    // Not structured bindings: CAPTURE keeps a reference in a lambda.
+    const auto& mode = by_mode.first;
+    const auto& reqs = by_mode.second;
     CAPTURE(mode);
     CHECK(reqs.size() == 12); // 4 agents x 3 turns
     CHECK(decoded[mode].size() == reqs.size());
-    for (auto& [id, pre] : reqs) {
+    for (auto& by_id : reqs) {
+      const auto id = by_id.first;
+      const auto* pre = by_id.second;
       CAPTURE(id);
       std::map<std::string, std::set<int>> steps;
       for (auto& s : spans)

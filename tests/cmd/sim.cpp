@@ -248,8 +248,15 @@ TEST_CASE("--turns 0 honours a trace file's own history turns") {
         == hit_bytes);
 }
 
+// GCC defines __SANITIZE_*__, clang answers __has_feature.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool sanitized = true;
+#elif defined(__has_feature)
+#  if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool sanitized = true;
+#  else
+constexpr bool sanitized = false;
+#  endif
 #else
 constexpr bool sanitized = false;
 #endif

@@ -52,15 +52,21 @@ TEST_CASE("schema defaults equal the default profiles") {
     auto prof =
         find_profile(spec.section(), std::get<std::string>(spec.default_value));
     REQUIRE_MESSAGE(prof != nullptr, spec.name);
-    for (auto& [key, x] : prof->values)
-      CHECK_MESSAGE(to_toml(defaults.get(key)) == to_toml(x), key);
+    for (auto& kv : prof->values) {
+      // Not structured bindings: doctest's message macros capture them in
+      // a lambda, which C++17 does not allow (clang).
+      const auto& key = kv.first;
+      CHECK_MESSAGE(to_toml(defaults.get(key)) == to_toml(kv.second), key);
+    }
   }
 }
 
 TEST_CASE("every profile sets valid keys of its own section") {
   for (auto& prof : profiles()) {
     settings s;
-    for (auto& [key, x] : prof.values) {
+    for (auto& kv : prof.values) {
+      const auto& key = kv.first; // not a binding: the macros capture it
+      const auto& x = kv.second;
       auto spec = find_key(key);
       REQUIRE_MESSAGE(spec != nullptr, key);
       CHECK_MESSAGE(spec->section() == prof.section, key);

@@ -392,7 +392,10 @@ void start_load(self_ptr self, step_run& s, uint32_t l) {
       }
     }
   }
-  for (auto& [de, batch] : pushes) {
+  for (auto& entry : pushes) {
+    // Not a structured binding: C++17 lambdas cannot capture one (clang).
+    const auto de = entry.first;
+    auto& batch = entry.second;
     ++lay.pushes_pending;
     lay.push_targets.push_back(de);
     auto ids = std::vector<uint64_t>{};

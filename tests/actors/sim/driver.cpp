@@ -36,7 +36,7 @@ caf::behavior ticker(caf::event_based_actor* self, std::string name,
                      caf::timespan period, int n,
                      std::shared_ptr<std::vector<std::string>> log) {
   auto start = self->clock().now();
-  self->delayed_send(self, period, tick_atom::value, 1);
+  self->delayed_send(self, period, tick_atom_v, 1);
   return {
       [=](tick_atom, int i) {
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -44,7 +44,7 @@ caf::behavior ticker(caf::event_based_actor* self, std::string name,
                       .count();
         log->push_back(name + "@" + std::to_string(ns));
         if (i < n)
-          self->delayed_send(self, period, tick_atom::value, i + 1);
+          self->delayed_send(self, period, tick_atom_v, i + 1);
         else
           self->quit();
       },
@@ -122,14 +122,14 @@ TEST_CASE("the watched actor's CPU and wall time are measured") {
   caf::actor_system sys{cfg};
   auto log = std::make_shared<std::vector<std::string>>();
   auto busy = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
-    self->delayed_send(self, caf::timespan{1ms}, tick_atom::value, 0);
+    self->delayed_send(self, caf::timespan{1ms}, tick_atom_v, 0);
     return {[=](tick_atom, int i) {
       // Some real work per message.
       volatile double x = 0;
       for (int k = 0; k < 2'000'000; ++k)
         x = x + k * 0.5;
       if (i < 5)
-        self->delayed_send(self, caf::timespan{1ms}, tick_atom::value, i + 1);
+        self->delayed_send(self, caf::timespan{1ms}, tick_atom_v, i + 1);
       else
         self->quit();
     }};

@@ -1298,7 +1298,10 @@ TEST_CASE("kv system calls shrink while control traffic flows, on both "
     std::vector<uint8_t> dst(total, 0);
     auto [src, reg] = registered(*a, src_bytes, *b, dst);
     std::vector<uint8_t> csrc = pattern(4096, 24), cdst(4096, 0);
-    auto [cs, cr] = registered(*a, csrc, *b, cdst);
+    // Not structured bindings: the control thread's lambda captures them.
+    auto cregs = registered(*a, csrc, *b, cdst);
+    auto& cs = std::get<0>(cregs);
+    auto& cr = std::get<1>(cregs);
     std::atomic<bool> stop{false};
     std::atomic<int> control_writes{0}, control_failures{0};
     std::thread control;

@@ -47,8 +47,10 @@ std::array<uint64_t, 2> contend(uint32_t wc, uint32_t wk, int rounds) {
 } // namespace
 
 TEST_CASE("shares under contention follow the weights within 5%") {
-  for (auto [wc, wk] :
+  for (auto w :
        {std::pair<uint32_t, uint32_t>{99, 1}, {3, 1}, {1, 1}, {1, 4}}) {
+    // Not structured bindings: INFO captures them in a lambda (clang).
+    uint32_t wc = w.first, wk = w.second;
     auto b = contend(wc, wk, 400000);
     double share = double(b[0]) / double(b[0] + b[1]);
     double want = double(wc) / (wc + wk);

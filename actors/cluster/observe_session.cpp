@@ -119,7 +119,7 @@ observe_options observe_options_from(const config::settings& cfg) {
   return o;
 }
 
-observe_session::observe_session(caf::actor_system&, observe_options opts)
+observe_session::observe_session(observe_options opts)
     : opts_(std::move(opts)), mode_(std::make_shared<mode_cell>()) {
   metrics_ = std::make_shared<metrics_registry>();
   if (!opts_.trace_file.empty())
@@ -128,7 +128,7 @@ observe_session::observe_session(caf::actor_system&, observe_options opts)
 
 caf::expected<std::unique_ptr<observe_session>>
 observe_session::make(caf::actor_system& sys, observe_options opts) {
-  std::unique_ptr<observe_session> s{new observe_session(sys, std::move(opts))};
+  std::unique_ptr<observe_session> s{new observe_session(std::move(opts))};
   if (s->opts_.metrics_port != 0) {
     std::map<std::string, http_server::route> routes;
     routes["/metrics"] = [m = s->metrics_] {

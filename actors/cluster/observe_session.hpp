@@ -104,7 +104,7 @@ public:
   caf::error finish();
 
 private:
-  observe_session(caf::actor_system& sys, observe_options opts);
+  explicit observe_session(observe_options opts);
 
   observe_options opts_;
   std::shared_ptr<observe::metrics_registry> metrics_;

@@ -15,6 +15,7 @@
 
 #include "scheduler/workload/generator.hpp"
 #include "tests/cmd/small_cluster.hpp"
+#include "tests/sanitizers.hpp"
 #include "tests/support/support.hpp"
 
 using dualpath::test::dualpath_binary;
@@ -250,15 +251,8 @@ TEST_CASE("--turns 0 honours a trace file's own history turns") {
         == hit_bytes);
 }
 
-// GCC defines __SANITIZE_*__, clang answers __has_feature.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(DUALPATH_TEST_ASAN) || defined(DUALPATH_TEST_TSAN)
 constexpr bool sanitized = true;
-#elif defined(__has_feature)
-#  if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool sanitized = true;
-#  else
-constexpr bool sanitized = false;
-#  endif
 #else
 constexpr bool sanitized = false;
 #endif

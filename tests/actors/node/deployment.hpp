@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/sanitizers.hpp"
 #include "tests/support/support.hpp"
 
 namespace dualpath::test {
@@ -48,14 +49,6 @@ inline nlohmann::json parse_report(const std::string& text) {
 /// the ASan CI stage for `dualpath run --cluster` after a node restart).
 /// Leak detection is switched off for the processes these tests start;
 /// ASan still catches every memory error in them.
-/// (GCC defines __SANITIZE_ADDRESS__, clang answers __has_feature.)
-#if defined(__SANITIZE_ADDRESS__)
-#  define DUALPATH_TEST_ASAN 1
-#elif defined(__has_feature)
-#  if __has_feature(address_sanitizer)
-#    define DUALPATH_TEST_ASAN 1
-#  endif
-#endif
 inline void no_leak_check_in_children() {
 #if defined(DUALPATH_TEST_ASAN)
   ::setenv("ASAN_OPTIONS", "detect_leaks=0", 1);

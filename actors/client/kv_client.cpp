@@ -1277,6 +1277,10 @@ caf::expected<uint64_t> kv_client::start_load(load_request req) {
       reader = d.reader_of(side);
       (side == side_t::pe ? op->pe_reader : op->de_reader) = reader;
     }
+    // The decode node's reader frees what this process holds of its buffer
+    // when the hub goes down (this process dies, or the link to it breaks).
+    if (remote_part)
+      rr.holder = d.hub;
     // A local reader always answers: no timeout, so a reply after the
     // deadline still comes and its leases go back (maybe_end abandons the
     // read at the deadline). A remote one may be gone: its requester waits

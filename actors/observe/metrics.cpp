@@ -38,6 +38,11 @@ std::vector<family_spec> standard_families() {
        "Storage reads and slot reservations that waited for room in a node's "
        "DRAM buffer (counted once each).",
        {}},
+      {"dualpath_reader_leases_reclaimed_total",
+       k::counter,
+       "Leases a storage reader freed itself because their holder (a client "
+       "in another process) went down before releasing them.",
+       {}},
       {"dualpath_snic_bytes_total",
        k::counter,
        "Nominal bytes moved over a node's storage NIC (reads and persists).",

@@ -230,12 +230,20 @@ struct read_request {
   std::vector<block_hash> blocks;
   uint32_t first_block = 0;
   uint32_t tokens = 0; ///< Tokens the read covers (for read_q accounting).
+  /// The actor that will release the read's leases, if it is not the
+  /// reader's own process (a client in another process): the reader
+  /// monitors it, and when it goes down (it exits, its process dies, the
+  /// connection to its node breaks) frees every lease it still holds, and
+  /// those of its reads still under way as they complete. Empty: nothing is
+  /// tracked, the requester releases (the engines, which share the
+  /// reader's process and fate).
+  caf::actor holder{};
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, read_request& x) {
   return f(caf::meta::type_name("read_request"), x.request_id, x.blocks,
-           x.first_block, x.tokens);
+           x.first_block, x.tokens, x.holder);
 }
 
 /// A Full Block resident in a reader's buffer pool, until released. On a
@@ -486,12 +494,15 @@ struct reserve_request {
   /// request timed out, across processes its reply would be lost) leaks
   /// nothing. 0: no limit; negative: refused (invalid_argument).
   int64_t timeout_ns = 0;
+  /// As read_request::holder: when it goes down, the reservation is dropped
+  /// if it still waits, and its slots are freed if it was served.
+  caf::actor holder{};
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, reserve_request& x) {
   return f(caf::meta::type_name("reserve_request"), x.request_id,
-           x.block_indices, x.timeout_ns);
+           x.block_indices, x.timeout_ns, x.holder);
 }
 
 // -- bulk transport endpoint

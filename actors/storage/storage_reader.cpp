@@ -8,11 +8,13 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <caf/actor_cast.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
 #include "transport/storage/block_store.hpp"
@@ -82,6 +84,9 @@ struct pending_read {
   bool waited = false; // a block found the buffer full (or reserved ahead)
 };
 
+struct reader_state;
+bool release(reader_state& st, uint64_t lease_id);
+
 struct reader_state {
   storage_reader_config cfg;
   std::unique_ptr<transport::storage::worker_pool>
@@ -122,6 +127,18 @@ struct reader_state {
   uint64_t next_id = 1;
   uint32_t inflight = 0;
   read_queue_status queue;
+  // Holders (read_request::holder): the leases each holds, and how many of
+  // its reads and reservations are still under way. A holder is monitored
+  // from its first request; when it goes down its leases are freed, and its
+  // record stays (marked down) until the last of its requests ends, whose
+  // leases are freed then instead of recorded.
+  struct holder_record {
+    std::unordered_set<uint64_t> leases;
+    uint32_t pending = 0;
+    bool down = false;
+  };
+  std::unordered_map<caf::actor_addr, holder_record> holders;
+  std::unordered_map<uint64_t, caf::actor_addr> holder_of; // lease -> holder
   static inline const char* name = "storage_reader";
 
   ~reader_state() {
@@ -221,6 +238,59 @@ void drop_read_place(reader_state& st) {
   st.read_held -= std::min<uint32_t>(st.read_held, 1);
 }
 
+// -- holders (read_request::holder) -------------------------------------------
+
+// A read or reservation of `holder` (if any) begins: the holder is monitored
+// from its first one.
+void holder_begins(self_ptr self, const caf::actor& holder) {
+  if (!holder)
+    return;
+  auto [i, fresh] = self->state.holders.try_emplace(holder.address());
+  if (fresh)
+    self->monitor(holder);
+  ++i->second.pending;
+}
+
+// A read or reservation of `holder` (if any) ends with `leases` (none if it
+// failed or was dropped): they become the holder's, or are freed at once if
+// it went down meanwhile. True if that freed slots (the caller pumps).
+bool holder_ends(reader_state& st, const caf::actor& holder,
+                 const std::vector<buffer_lease>& leases) {
+  if (!holder)
+    return false;
+  auto i = st.holders.find(holder.address());
+  if (i == st.holders.end())
+    return false;
+  auto& h = i->second;
+  h.pending -= std::min<uint32_t>(h.pending, 1);
+  if (!h.down) {
+    for (auto& l : leases) {
+      h.leases.insert(l.lease_id);
+      st.holder_of.emplace(l.lease_id, i->first);
+    }
+    return false;
+  }
+  bool freed = false;
+  for (auto& l : leases)
+    freed = release(st, l.lease_id) || freed;
+  if (auto& hooks = st.cfg.hooks; hooks && !leases.empty())
+    hooks->count("dualpath_reader_leases_reclaimed_total",
+                 {{"node", st.cfg.node}}, static_cast<double>(leases.size()));
+  if (h.pending == 0)
+    st.holders.erase(i);
+  return freed;
+}
+
+// A released lease is no longer its holder's.
+void forget_holder(reader_state& st, uint64_t lease_id) {
+  auto i = st.holder_of.find(lease_id);
+  if (i == st.holder_of.end())
+    return;
+  if (auto h = st.holders.find(i->second); h != st.holders.end())
+    h->second.leases.erase(lease_id);
+  st.holder_of.erase(i);
+}
+
 void finish_read(self_ptr self, uint64_t request) {
   auto& st = self->state;
   auto i = st.reads.find(request);
@@ -257,6 +327,9 @@ void finish_read(self_ptr self, uint64_t request) {
                                    p.req.request_id, -1, h->at(p.accepted_at),
                                    h->at(self->clock().now()), 0});
   }
+  // (A holder gone meanwhile gets its leases freed here; the done handler
+  // that completed this read pumps next.)
+  holder_ends(st, p.req.holder, done.leases);
   auto promise = std::move(p.promise);
   st.reads.erase(i);
   promise.deliver(std::move(done));
@@ -363,6 +436,7 @@ void serve_reserves(self_ptr self) {
         "reservation of " + std::to_string(i->req.block_indices.size())
             + " slots for request " + std::to_string(i->req.request_id)
             + " not served within its timeout"));
+    holder_ends(st, i->req.holder, {});
     i = st.reserves.erase(i);
   }
   while (!st.reserves.empty()) {
@@ -426,6 +500,7 @@ void serve_reserves(self_ptr self) {
       }
     }
     observe_buffer(st);
+    holder_ends(st, req.holder, done.leases);
     auto promise = std::move(rp);
     st.reserves.pop_front();
     promise.deliver(std::move(done));
@@ -601,6 +676,7 @@ bool release(reader_state& st, uint64_t lease_id) {
     if (i->second.read)
       st.read_held -= std::min(st.read_held, i->second.blocks);
     st.runs.erase(i);
+    forget_holder(st, lease_id);
     observe_buffer(st);
     return true;
   }
@@ -613,6 +689,7 @@ bool release(reader_state& st, uint64_t lease_id) {
   st.leased[slot] = 0;
   --st.leases;
   st.cfg.pool->release(slot);
+  forget_holder(st, lease_id);
   observe_buffer(st);
   return true;
 }
@@ -649,6 +726,42 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg,
   st.cfg.lease_runs = st.cfg.lease_runs && st.cfg.modeled_reads && !st.workers;
   st.lease_gen.assign(st.cfg.pool->slots(), 0);
   st.leased.assign(st.cfg.pool->slots(), 0);
+  // A holder went down: nobody will release its leases, so the reader does;
+  // its waiting reservations are dropped, its reads under way are freed as
+  // they complete (holder_ends).
+  self->set_down_handler([self](caf::down_msg& dm) {
+    auto& st = self->state;
+    auto i = st.holders.find(dm.source);
+    if (i == st.holders.end())
+      return;
+    auto& h = i->second;
+    h.down = true;
+    for (auto r = st.reserves.begin(); r != st.reserves.end();) {
+      if (r->req.holder.address() != dm.source) {
+        ++r;
+        continue;
+      }
+      r->rp.deliver(caf::make_error(caf::sec::request_receiver_down,
+                                    "reservation of request "
+                                        + std::to_string(r->req.request_id)
+                                        + " dropped: its holder went down"));
+      h.pending -= std::min<uint32_t>(h.pending, 1);
+      r = st.reserves.erase(r);
+    }
+    std::vector<uint64_t> held{h.leases.begin(), h.leases.end()};
+    h.leases.clear();
+    for (auto id : held)
+      st.holder_of.erase(id);
+    if (h.pending == 0)
+      st.holders.erase(i);
+    size_t freed = 0;
+    for (auto id : held)
+      freed += release(st, id) ? 1 : 0;
+    if (auto& hooks = st.cfg.hooks; hooks && freed > 0)
+      hooks->count("dualpath_reader_leases_reclaimed_total",
+                   {{"node", st.cfg.node}}, static_cast<double>(freed));
+    pump(self);
+  });
   return {
       [self](read_atom, read_request& req) -> caf::result<read_completion> {
         auto& st = self->state;
@@ -673,6 +786,7 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg,
         st.queue.tokens += req.tokens;
         st.queue.bytes += payload_bytes(st) * req.blocks.size();
         st.queue.requests += 1;
+        holder_begins(self, req.holder);
         p.req = std::move(req);
         p.promise = rp;
         p.accepted_at = self->clock().now();
@@ -702,6 +816,7 @@ reader_impl::behavior_type reader(self_ptr self, storage_reader_config cfg,
           return done;
         }
         auto rp = self->make_response_promise<read_completion>();
+        holder_begins(self, req.holder);
         reader_state::waiting_reserve w{std::move(req), rp, false, {}};
         if (w.req.timeout_ns > 0) {
           auto limit = std::chrono::nanoseconds{w.req.timeout_ns};

@@ -1,19 +1,28 @@
 // ctest-label: storage
+// ctest-links: CAF::io
 // The storage reader actor against a real block store on disk: byte-exact
 // leases and failed blocks as misses, the buffer budget holding while the
 // queue is longer than the budget, FIFO order, read_q accounting, persistence
 // (also on a full disk), pacing at the configured rate in real time (within
-// 5% over more than 2 s) and exactly under simulated time.
+// 5% over more than 2 s) and exactly under simulated time; the leases of a
+// holder that goes down (an actor that exits, a client process killed with
+// SIGKILL across the middleman) freed by the reader, and no others.
 #include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 
 #include <chrono>
 #include <optional>
+#include <thread>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/scoped_actor.hpp>
 
@@ -118,6 +127,27 @@ bool lease_is_exact(const buffer_lease& l, const buffer_pool& pool,
     return false;
   return test::layers_exact(l, pool, geo);
 }
+
+// An actor that does nothing until it is told to exit: a lease holder.
+caf::actor spawn_holder(caf::actor_system& sys) {
+  return sys.spawn(
+      [](caf::event_based_actor*) -> caf::behavior { return {[](int) {}}; });
+}
+
+// Waits up to 10 s for the pool to hold `n` slots; the last count seen.
+size_t wait_in_use(const buffer_pool& pool, size_t n) {
+  auto until = steady_clock::now() + seconds{10};
+  while (pool.in_use() != n && steady_clock::now() < until)
+    std::this_thread::sleep_for(milliseconds{5});
+  return pool.in_use();
+}
+
+struct io_config : caf::actor_system_config {
+  io_config() {
+    dualpath::actors::add_message_types(*this);
+    load<caf::io::middleman>();
+  }
+};
 
 } // namespace
 
@@ -727,4 +757,153 @@ TEST_CASE("modeled reads: runs of half the budget, the NIC kept busy") {
   // A's run, then B's runs of 5, 8, 8, 8, 8, 3, and the two replies.
   CAPTURE(done_messages);
   CHECK_LE(done_messages, 9u);
+}
+
+TEST_CASE("a holder that goes down has its leases freed, and only its own") {
+  env e{kv_geometry{4, 8, 100}};
+  caf::actor_system_config cfg;
+  caf::actor_system sys{with_types(cfg)};
+  auto pool = e.pool(4);
+  storage_reader_config rc;
+  rc.node = "n0";
+  rc.store = e.store;
+  rc.pool = pool;
+  rc.io_threads = 1;
+  auto reader = spawn_storage_reader(sys, rc);
+  REQUIRE(reader);
+  caf::scoped_actor self{sys};
+  auto read = [&](read_request rq) {
+    caf::expected<read_completion> out{read_completion{}};
+    self->request(*reader, seconds{10}, read_atom_v, std::move(rq))
+        .receive([&](read_completion& c) { out = std::move(c); },
+                 [&](caf::error& err) { out = std::move(err); });
+    return out;
+  };
+  auto holder = spawn_holder(sys);
+  auto mine = e.request(1, 0, 0, 3);
+  mine.holder = holder;
+  auto held = read(mine);
+  REQUIRE(held);
+  REQUIRE_EQ(held->leases.size(), 3u);
+  CHECK(lease_is_exact(held->leases[0], *pool, e.store->geometry()));
+  // The holder gives one back itself; a read without a holder takes that
+  // slot again (a new lease of it, which must survive the holder).
+  self->send(*reader, release_atom_v, held->leases[0].lease_id);
+  auto other = read(e.request(2, 1, 0, 1));
+  REQUIRE(other);
+  REQUIRE_EQ(other->leases.size(), 1u);
+  CHECK_EQ(pool->in_use(), 3u);
+  // A reservation of the holder's that cannot be served yet (2 slots, 1
+  // free) waits; when the holder goes down it is answered and dropped.
+  reserve_request rq{3, {0, 1}, 0};
+  rq.holder = holder;
+  // (Sent, not requested: its answer arrives as an ordinary message.)
+  self->send(*reader, reserve_atom_v, rq);
+  caf::anon_send_exit(holder, caf::exit_reason::kill);
+  // Its two leases go back, the other read's stays: one slot in use.
+  CHECK_EQ(wait_in_use(*pool, 1), 1u);
+  caf::error reserve_answer;
+  self->receive([&](read_completion&) { FAIL("the reservation was served"); },
+                [&](caf::error& err) { reserve_answer = std::move(err); },
+                caf::after(seconds{10}) >>
+                    [] { FAIL("no answer to the reservation"); });
+  CHECK(reserve_answer == caf::sec::request_receiver_down);
+  // Released by the holder already: a second release is a mismatch, and
+  // the slot now leased to the other read stays leased.
+  self->send(*reader, release_atom_v, held->leases[0].lease_id);
+  auto next = read(e.request(4, 2, 0, 3)); // the whole rest of the pool
+  REQUIRE(next);
+  CHECK_EQ(next->leases.size(), 3u);
+  CHECK_EQ(pool->in_use(), 4u);
+  CHECK(lease_is_exact(other->leases[0], *pool, e.store->geometry()));
+  for (auto& l : next->leases)
+    self->send(*reader, release_atom_v, l.lease_id);
+  self->send(*reader, release_atom_v, other->leases[0].lease_id);
+  CHECK_EQ(wait_in_use(*pool, 0), 0u);
+  // A holder gone before its read completes: the read's leases are freed
+  // as it completes (the answer still goes to the requester).
+  auto gone = spawn_holder(sys);
+  auto late = e.request(5, 3, 0, 4);
+  late.holder = gone;
+  caf::anon_send_exit(gone, caf::exit_reason::kill);
+  auto served = read(late);
+  REQUIRE(served);
+  CHECK_EQ(wait_in_use(*pool, 0), 0u);
+}
+
+TEST_CASE("a client process killed while it holds leases leaks no slot") {
+  env e{kv_geometry{4, 8, 100}};
+  // The client is forked before this process starts an actor system (the
+  // child makes its own), and reaches the reader over the middleman.
+  int to_child[2];
+  int from_child[2];
+  REQUIRE(::pipe(to_child) == 0);
+  REQUIRE(::pipe(from_child) == 0);
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  // Whatever happens below, the child does not outlive the test.
+  struct reap {
+    pid_t pid;
+    ~reap() {
+      if (pid > 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } reaper{pid};
+  if (pid == 0) {
+    ::close(to_child[1]);
+    ::close(from_child[0]);
+    uint16_t port = 0;
+    if (::read(to_child[0], &port, sizeof(port)) != sizeof(port))
+      _exit(1);
+    io_config ccfg;
+    caf::actor_system csys{ccfg};
+    auto r =
+        csys.middleman().remote_actor<storage_reader_actor>("127.0.0.1", port);
+    if (!r)
+      _exit(2);
+    auto holder = spawn_holder(csys);
+    auto rq = e.request(1, 0, 0, 3);
+    rq.holder = holder;
+    caf::scoped_actor cself{csys};
+    size_t got = 0;
+    cself->request(*r, seconds{10}, read_atom_v, rq)
+        .receive([&](read_completion& c) { got = c.leases.size(); },
+                 [&](caf::error&) {});
+    char n = static_cast<char>(got);
+    if (::write(from_child[1], &n, 1) != 1)
+      _exit(3);
+    for (;;)
+      ::pause(); // holding the leases until killed
+  }
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  io_config cfg;
+  caf::actor_system sys{cfg};
+  auto pool = e.pool(4);
+  storage_reader_config rc;
+  rc.node = "n0";
+  rc.store = e.store;
+  rc.pool = pool;
+  rc.io_threads = 1;
+  auto reader = spawn_storage_reader(sys, rc);
+  REQUIRE(reader);
+  auto port = sys.middleman().publish(*reader, 0, "127.0.0.1");
+  REQUIRE_MESSAGE(port, sys.render(port.error()));
+  uint16_t p = *port;
+  REQUIRE(::write(to_child[1], &p, sizeof(p)) == sizeof(p));
+  char got = 0;
+  REQUIRE(::read(from_child[0], &got, 1) == 1);
+  CHECK_EQ(got, 3);
+  CHECK_EQ(pool->in_use(), 3u);
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  reaper.pid = -1;
+  // The connection breaks, the holder's proxy goes down: all three back.
+  CHECK_EQ(wait_in_use(*pool, 0), 0u);
+  ::close(to_child[1]);
+  ::close(from_child[0]);
+  // Published, it is referenced by the middleman: it ends when told to.
+  caf::anon_send_exit(*reader, caf::exit_reason::user_shutdown);
 }

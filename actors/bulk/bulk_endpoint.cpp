@@ -1,5 +1,6 @@
 #include "actors/bulk/bulk_endpoint.hpp"
 
+#include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
@@ -61,10 +62,32 @@ bulk_impl::behavior_type endpoint(self_ptr self,
         auto mine = be.details_for(peer.node);
         if (!mine)
           return mine.error();
-        if (!peer.details.empty())
-          if (auto err = be.connect(peer.node, peer.details))
-            return err;
-        return describe(self, peer.node);
+        if (peer.details.empty())
+          return describe(self, peer.node);
+        // A backend's connect may wait for its handshake (verbs: up to a
+        // few seconds for a slow or absent peer): it runs on a thread of its
+        // own, so this endpoint keeps posting batches meanwhile and no
+        // scheduler thread of the node is held.
+        auto rp = self->make_response_promise<endpoint_info>();
+        auto dialer = self->spawn<caf::detached>(
+            [backend = self->state.backend](caf::event_based_actor* d) {
+              return caf::behavior{
+                  [backend, d](connect_atom,
+                               const endpoint_info& to) -> caf::result<bool> {
+                    auto answer = d->make_response_promise<bool>();
+                    if (auto err = backend->connect(to.node, to.details))
+                      answer.deliver(std::move(err));
+                    else
+                      answer.deliver(true);
+                    d->quit(); // one connect per dialer
+                    return answer;
+                  },
+              };
+            });
+        self->request(dialer, caf::infinite, connect_atom_v, peer)
+            .then([=](bool) mutable { rp.deliver(describe(self, peer.node)); },
+                  [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
+        return rp;
       },
       [=](describe_atom) { return describe(self, std::string{}); },
       [=](write_atom, const write_batch& wb) -> caf::result<batch_completion> {

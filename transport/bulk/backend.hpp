@@ -347,6 +347,9 @@ struct fault_plan {
   std::chrono::milliseconds delay{0};
   /// Flips the first byte of each write on the wire (source restored after).
   bool corrupt_byte = false;
+  /// connect() takes this long before it calls the inner backend's (a slow
+  /// handshake, as verbs' towards a peer that does not answer).
+  std::chrono::milliseconds connect_delay{0};
 };
 
 /// Wraps `inner`, injecting the faults of `plan` (thread-safe).

@@ -55,6 +55,8 @@ public:
 
   caf::error connect(const std::string& peer,
                      const std::vector<uint8_t>& details) override {
+    if (plan_.connect_delay.count() > 0)
+      std::this_thread::sleep_for(plan_.connect_delay);
     return inner_->connect(peer, details);
   }
 

@@ -1,13 +1,16 @@
 // ctest-label: transport
 // Two bulk endpoint actors over real tcp backends on loopback: the three-step
 // connect, a write batch whose bytes land in the peer's registered region
-// while only descriptors cross CAF, and typed failures in batch_completion.
+// while only descriptors cross CAF, typed failures in batch_completion, and a
+// slow connect (a handshake that takes seconds) that holds neither its
+// endpoint nor the node's only scheduler thread.
 #include <doctest/doctest.h>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 
+#include <chrono>
 #include <cstring>
 
 #include "actors/bulk/bulk_endpoint.hpp"
@@ -112,6 +115,61 @@ TEST_CASE("endpoints connect and move a batch's bytes outside CAF") {
       if (e.error)
         CHECK(e.error == transport::transport_errc::deadline_exceeded);
     }
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+    self->send_exit(b, caf::exit_reason::user_shutdown);
+  }
+  dir_a->remove(rs->id());
+}
+
+TEST_CASE("a slow connect holds neither the endpoint nor a scheduler thread") {
+  test_config cfg;
+  // One scheduler thread: a connect blocking inside an actor would stall
+  // every actor of the node for as long as it takes.
+  cfg.set("scheduler.max-threads", 1);
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  bulk::options o;
+  o.node = "a";
+  o.secret = "endpoint-test";
+  auto inner = bulk::make_tcp_backend(o);
+  REQUIRE(inner);
+  bulk::fault_plan plan;
+  plan.connect_delay = 1500ms;
+  std::shared_ptr<bulk::backend> be_a =
+      bulk::make_fault_backend(std::move(*inner), plan);
+  auto be_b = tcp("b");
+  std::vector<uint8_t> src(4096, 0x7b), dst(4096, 0);
+  auto rs = be_a->register_region(src.data(), src.size());
+  auto rd = be_b->register_region(dst.data(), dst.size());
+  REQUIRE(rs);
+  REQUIRE(rd);
+  auto dir_a = std::make_shared<region_directory>();
+  dir_a->add(*rs);
+  {
+    auto a = spawn_bulk_endpoint(sys, be_a, dir_a);
+    auto b =
+        spawn_bulk_endpoint(sys, be_b, std::make_shared<region_directory>());
+    auto info_b = ask<endpoint_info>(self, b, describe_atom_v);
+    auto t0 = std::chrono::steady_clock::now();
+    self->send(a, connect_atom_v, info_b); // answered in 1.5 s
+    // Meanwhile both endpoints answer at once.
+    CHECK(ask<endpoint_info>(self, a, describe_atom_v).node == "a");
+    CHECK(ask<endpoint_info>(self, b, describe_atom_v).node == "b");
+    CHECK(std::chrono::steady_clock::now() - t0 < 1000ms);
+    endpoint_info connected;
+    self->receive([&](endpoint_info& x) { connected = std::move(x); },
+                  [&](caf::error& err) { FAIL(caf::to_string(err)); },
+                  caf::after(10s) >> [] { FAIL("no answer to connect"); });
+    CHECK(std::chrono::steady_clock::now() - t0 >= 1500ms);
+    CHECK(connected.node == "a");
+    // And the connection it made carries bytes.
+    write_batch wb;
+    wb.tag = 9;
+    wb.tclass = transport::traffic_class::kv;
+    wb.ops.push_back(write_op{rs->id(), 0, rd->describe()});
+    auto c = ask<batch_completion>(self, a, write_atom_v, wb);
+    CHECK(!c.error);
+    CHECK(dst == src);
     self->send_exit(a, caf::exit_reason::user_shutdown);
     self->send_exit(b, caf::exit_reason::user_shutdown);
   }

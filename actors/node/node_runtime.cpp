@@ -1,5 +1,7 @@
 #include "actors/node/node_runtime.hpp"
 
+#include <algorithm>
+
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -422,7 +424,53 @@ void stop_actor(caf::scoped_actor& self, const caf::actor& hdl) {
     return;
   self->monitor(hdl);
   self->send_exit(hdl, caf::exit_reason::user_shutdown);
-  self->receive([](const caf::down_msg&) {}, caf::after(seconds(5)) >> [] {});
+  // Its own down message, not another monitored actor's.
+  auto until = std::chrono::steady_clock::now() + seconds(5);
+  for (bool done = false; !done;) {
+    auto rest = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    self->receive(
+        [&](const caf::down_msg& dm) { done = dm.source == hdl.address(); },
+        caf::after(std::max(rest, std::chrono::milliseconds{1})) >>
+            [&] { done = true; });
+  }
+}
+
+// Waits until every node of `view` but the first (this one) has an actor
+// down, or `limit` passes.
+void await_members(caf::scoped_actor& self, const cluster_view& view,
+                   std::chrono::milliseconds limit) {
+  std::vector<std::vector<caf::actor_addr>> left;
+  for (size_t i = 1; i < view.nodes.size(); ++i) {
+    std::vector<caf::actor_addr> addrs;
+    for (auto& a : view.nodes[i].actors)
+      if (a) {
+        self->monitor(a); // down at once for an actor gone already
+        addrs.push_back(a.address());
+      }
+    if (!addrs.empty())
+      left.push_back(std::move(addrs));
+  }
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (!left.empty() && std::chrono::steady_clock::now() < until) {
+    auto rest = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    bool timed_out = false;
+    self->receive(
+        [&](const caf::down_msg& dm) {
+          left.erase(std::remove_if(left.begin(), left.end(),
+                                    [&](const auto& addrs) {
+                                      return std::find(addrs.begin(),
+                                                       addrs.end(), dm.source)
+                                             != addrs.end();
+                                    }),
+                     left.end());
+        },
+        caf::after(std::max(rest, std::chrono::milliseconds{1})) >>
+            [&] { timed_out = true; });
+    if (timed_out)
+      break;
+  }
 }
 
 // -- the scheduler node
@@ -481,7 +529,18 @@ caf::error run_scheduler_node(const config::settings& cfg,
     log << "dualpath node " << me.name << ": stopping" << std::endl;
   }
   caf::scoped_actor self{sys};
+  // The member nodes learn that the supervisor stopped on purpose (and stop
+  // cleanly) from its exit reason, which must leave this process before its
+  // connections close: a member that sees the link break first takes it
+  // for a lost scheduler node. So the scheduler node waits, up to 5 s,
+  // until every member has let go (one of its actors is down) before it
+  // stops the rest.
+  cluster_view members;
+  self->request(sup, seconds(2), view_atom_v)
+      .receive([&](cluster_view& v) { members = std::move(v); },
+               [](caf::error&) {});
   stop_actor(self, caf::actor_cast<caf::actor>(sup));
+  await_members(self, members, std::chrono::seconds(5));
   stop_actor(self, caf::actor_cast<caf::actor>(gate));
   stop_actor(self, caf::actor_cast<caf::actor>(*sched));
   obs->stop();

@@ -29,6 +29,7 @@
 #include "actors/protocol/register.hpp"
 #include "actors/storage/storage_reader.hpp"
 #include "tests/actors/actor_config.hpp"
+#include "tests/sanitizers.hpp"
 #include "tests/support/support.hpp"
 #include "transport/storage/block_store.hpp"
 #include "transport/storage/buffer_pool.hpp"
@@ -831,6 +832,11 @@ TEST_CASE("a holder that goes down has its leases freed, and only its own") {
   CHECK_EQ(wait_in_use(*pool, 0), 0u);
 }
 
+// Not under TSan: it stops a forked child that starts threads when the
+// parent had threads besides the forking one (die_after_fork), and this
+// case should not depend on every thread of the earlier cases' actor
+// systems being gone by then. The case above covers the mechanism there.
+#if !defined(DUALPATH_TEST_TSAN)
 TEST_CASE("a client process killed while it holds leases leaks no slot") {
   env e{kv_geometry{4, 8, 100}};
   // The client is forked before this process starts an actor system (the
@@ -907,3 +913,4 @@ TEST_CASE("a client process killed while it holds leases leaks no slot") {
   // Published, it is referenced by the middleman: it ends when told to.
   caf::anon_send_exit(*reader, caf::exit_reason::user_shutdown);
 }
+#endif

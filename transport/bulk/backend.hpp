@@ -298,7 +298,7 @@ struct options {
   uint32_t tcp_kv_connections = 1;
   /// A kv sender or receive thread with a transfer under way polls without
   /// sleeping this long before it sleeps (0: never).
-  std::chrono::microseconds tcp_kv_spin{50};
+  std::chrono::microseconds tcp_kv_spin{1000};
   uint32_t weight_control = 99;
   uint32_t weight_kv = 1;
   /// Per peer and traffic class (tcp); more fail queue_full.

@@ -78,14 +78,16 @@ void add_transport(std::vector<key_spec>& out) {
             "docs/benchmarks.md).");
   s.integer("tcp_kv_spin_us", 1000, "us", range::between(0, 10000),
             "How long a tcp kv thread with a transfer under way polls its "
-            "sockets without sleeping before it sleeps (0: never): no "
-            "wake-up latency between the segments of a stream; at "
-            "tcp_kv_sched idle the polling takes only CPU time no other "
-            "thread wants. The default outlasts the longest wait inside a "
-            "stream of 4 Gbps or more (a 512 KiB receive threshold filling): "
-            "shorter spins let both ends of a stream fall asleep mid-stream "
-            "and wake each other (docs/benchmarks.md: 50 us ran half idle at "
-            "2.7-3.5 GB/s in 3 of 4 rounds on loopback, 1000 us at 8.5-9.1).");
+            "sockets without sleeping before it sleeps (0: never): a sender "
+            "lane while batches are pending, a receive thread while a frame "
+            "is half read (between frames it polls at most 100 us, so it "
+            "sleeps soon after a stream's last frame); no wake-up latency "
+            "within a stream; at tcp_kv_sched idle the polling takes only "
+            "CPU time no other thread wants. The default outlasts the "
+            "longest wait inside a stream of 4 Gbps or more (a 512 KiB "
+            "receive threshold filling); with 50 us both ends of a loopback "
+            "stream fell asleep mid-stream and woke each other, half idle "
+            "(docs/benchmarks.md).");
   s.integer("tcp_kv_chunk_kib", 256, "KiB", range::between(4, 65536),
             "Largest kv send or receive of one system call, so a waking "
             "control thread never waits long behind a kv copy in the kernel.");

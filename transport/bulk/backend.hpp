@@ -296,8 +296,9 @@ struct options {
   std::chrono::milliseconds tcp_kv_yield{10};
   /// kv connections per peer; each batch goes on one (least loaded).
   uint32_t tcp_kv_connections = 1;
-  /// A kv sender or receive thread with a transfer under way polls without
-  /// sleeping this long before it sleeps (0: never).
+  /// A kv sender or receive thread with a transfer under way (batches
+  /// pending; a frame half read) polls without sleeping this long before it
+  /// sleeps (0: never).
   std::chrono::microseconds tcp_kv_spin{1000};
   uint32_t weight_control = 99;
   uint32_t weight_kv = 1;

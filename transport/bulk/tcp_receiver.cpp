@@ -99,7 +99,9 @@ private:
   void drop(in_conn& c);
   bool flush(in_conn& c);
   void accept_all();
-  void check_timeouts();
+  /// Drops connections stalled mid-frame past io_timeout; true when a
+  /// live connection is mid-frame (its sender is writing the rest).
+  bool check_timeouts();
   bool handle_auth(in_conn& c);
   bool handle_header(in_conn& c);
   void finish_frame(in_conn& c);
@@ -107,8 +109,12 @@ private:
   tcp_context& ctx_;
   tcp_receiver& owner_;
   traffic_class tc_;
-  /// How long this loop polls before it sleeps once data came (kv only).
+  /// How long this loop polls before it sleeps once data came, mid-frame
+  /// (kv only: tcp_kv_spin_us).
   const std::chrono::nanoseconds spin_;
+  /// ... and at most this long between frames.
+  static constexpr std::chrono::nanoseconds between_frames_spin =
+      std::chrono::microseconds{100};
   clock_type::time_point spin_until_{};
   uint64_t spins_ = 0;
   int listen_fd_ = -1;
@@ -322,11 +328,13 @@ void tcp_receiver::loop::run() {
   while (!stop_) {
     caf::expected<int> n = 0;
     if (spin_.count() > 0 && clock_type::now() < spin_until_) {
-      // Data came a moment ago: the stream's next bytes come within
-      // microseconds; polling for them saves the wake-up.
+      // Data came a moment ago (see the end of the pass): the rest of a
+      // frame, or a stream's next frame, comes within microseconds; polling
+      // for it saves the wake-up.
       n = poll_.spin(
-          events.data(), static_cast<int>(events.size()), spin_,
-          [this] { return stop_.load(); }, spins_);
+          events.data(), static_cast<int>(events.size()),
+          spin_until_ - clock_type::now(), [this] { return stop_.load(); },
+          spins_);
       if (n && *n > 0)
         ctx_.stats.kv_spin_hits += 1;
     }
@@ -335,8 +343,6 @@ void tcp_receiver::loop::run() {
         ctx_.stats.kv_sleeps += 1;
       n = poll_.wait(events.data(), static_cast<int>(events.size()), 20);
     }
-    if (n && *n > 0 && spin_.count() > 0)
-      spin_until_ = clock_type::now() + spin_;
     for (int i = 0; n && i < *n; ++i) {
       auto token = events[i].data.u64;
       if (token == poller::wake_token) {
@@ -363,7 +369,20 @@ void tcp_receiver::loop::run() {
       if (events[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP))
         on_readable(*it->second);
     }
-    check_timeouts();
+    // How long to poll before the next sleep: up to spin_ while a frame is
+    // under way (part of it read, its sender writing the rest); between
+    // frames at most between_frames_spin, which covers the next frame of a
+    // stream (the sender's next write follows at once) but not the spell
+    // after a stream's last frame, when polling would only burn the CPU
+    // that the node's other kv work (storage and copy threads of the same
+    // class) needs.
+    bool mid_frame = check_timeouts();
+    if (spin_.count() > 0) {
+      auto now = clock_type::now();
+      auto until =
+          now + (mid_frame ? spin_ : std::min(spin_, between_frames_spin));
+      spin_until_ = n && *n > 0 ? until : std::min(spin_until_, until);
+    }
     for (auto fd : doomed_) {
       // The descriptor closes right after, which also unwatches it.
       static_cast<void>(poll_.remove(fd));
@@ -438,8 +457,9 @@ bool tcp_receiver::loop::flush(in_conn& c) {
   return true;
 }
 
-void tcp_receiver::loop::check_timeouts() {
+bool tcp_receiver::loop::check_timeouts() {
   auto now = clock_type::now();
+  bool mid_frame = false;
   for (auto& [fd, c] : conns_) {
     if (c->dead)
       continue;
@@ -447,8 +467,11 @@ void tcp_receiver::loop::check_timeouts() {
     if (!idle_ok && now - c->last_progress > ctx_.opts.io_timeout) {
       ctx_.stats.dropped_half_open += 1;
       drop(*c);
+      continue;
     }
+    mid_frame = mid_frame || !idle_ok;
   }
+  return mid_frame;
 }
 
 bool tcp_receiver::loop::handle_auth(in_conn& c) {

@@ -1278,6 +1278,37 @@ TEST_CASE("kv threads poll through a stream instead of sleeping, and sleep "
   CHECK(2 * during[1].hits > during[1].sleeps);
 }
 
+TEST_CASE("a kv receive thread polls through a frame's rest, not past a "
+          "stream's last frame") {
+  // With the longest spin allowed, a receive thread that kept polling after
+  // the last frame would spend most of the first 10 ms after the stream
+  // polling; it polls at most between_frames_spin (100 us) once no frame
+  // is under way, and the sender lane none once its batches are done.
+  const size_t total = 16 << 20;
+  auto src_bytes = pattern(total, 22);
+  auto oa = normal_kv_opts_for("a");
+  auto ob = normal_kv_opts_for("b");
+  oa.tcp_kv_spin = ob.tcp_kv_spin = 10000us;
+  auto a = make(oa);
+  auto b = make(ob);
+  link(*a, *b);
+  std::vector<uint8_t> dst(total, 0);
+  auto [src, reg] = registered(*a, src_bytes, *b, dst);
+  auto before = counts_of(*a, *b);
+  REQUIRE(kv_stream(*a, src, reg.describe(), src_bytes, dst, total));
+  // The stream's waits were answered by polling...
+  auto during = counts_of(*a, *b);
+  CHECK(during.hits > before.hits);
+  // ... and right after its last completion the pair goes quiet: the CPU
+  // of the next 10 ms (the spin) is well under what polling through it
+  // costs (~10 ms of a core).
+  auto cpu_from = process_cpu_seconds();
+  std::this_thread::sleep_for(10ms);
+  auto used = process_cpu_seconds() - cpu_from;
+  MESSAGE("CPU in the 10 ms after the stream: " << used * 1e3 << " ms");
+  CHECK(used < 0.004);
+}
+
 TEST_CASE("kv system calls shrink while control traffic flows, on both "
           "ends, and stay large without it") {
   const size_t total = 32 << 20;

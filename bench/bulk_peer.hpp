@@ -1,6 +1,7 @@
-// Helpers shared by bench_transport and bench_qos: a tcp bulk receiver in a
-// forked child process (a second process on loopback, as between two nodes),
-// and median/spread statistics.
+// Helpers shared by bench_transport, bench_verbs and bench_qos: a tcp bulk
+// receiver in a forked child process (a second process on loopback, as
+// between two nodes), a stream of writes posted from completions, and
+// median/spread statistics.
 //
 // Thread safety: fork_receiver must run before the parent starts threads.
 #pragma once
@@ -10,13 +11,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "config/errors.hpp"
 #include "transport/bulk/backend.hpp"
 
 namespace dualpath::bench {
@@ -26,6 +31,74 @@ namespace dualpath::bench {
 /// from and to one message-sized buffer (the working set of iperf3,
 /// ucx_perftest and ib_write_bw).
 enum class working_set { cycling, same_bytes };
+
+/// What a stream of writes moved: its bytes, and the first failure (empty
+/// when every write succeeded).
+struct stream_result {
+  uint64_t bytes = 0;
+  std::string failure;
+};
+
+/// Writes of `size` bytes from `src` to `dst` (kv class), `window` in
+/// flight, each from and to the next `size` bytes of regions of
+/// `region_len` (`cycling`) or the first `size` (`same_bytes`), for as long
+/// as `more()` holds (asked once per write, under a lock) and no write
+/// failed. The first window is posted here, every later write from the
+/// completion of an earlier one (on the backend's thread, as the peers'
+/// single loops post from theirs); returns once the last write completed,
+/// which is the only completion that wakes the caller: a wake-up per write
+/// would charge the harness's own context switches to the backend.
+template <class More>
+stream_result stream_writes(transport::bulk::backend& be,
+                            const transport::bulk::local_registration& src,
+                            const transport::remote_region& dst, uint64_t size,
+                            working_set ws, uint64_t region_len, int window,
+                            More more) {
+  struct state {
+    std::mutex mtx;
+    std::condition_variable cv;
+    uint64_t posted = 0;
+    uint64_t done = 0;
+    bool ended = false; ///< more() said no, or a write failed.
+    stream_result result;
+  } st;
+  const uint64_t slots = ws == working_set::same_bytes ? 1 : region_len / size;
+  std::function<void()> post_one = [&] {
+    uint64_t next = 0;
+    {
+      std::lock_guard<std::mutex> g{st.mtx};
+      if (st.ended || !more()) {
+        st.ended = true;
+        return;
+      }
+      next = st.posted++;
+    }
+    transport::bulk::batch b;
+    b.tclass = transport::traffic_class::kv;
+    auto off = (next % slots) * size;
+    b.writes.push_back({&src, off, *dst.subrange(off, size)});
+    be.post(std::move(b), [&](transport::bulk::completion c) {
+      {
+        std::lock_guard<std::mutex> g{st.mtx};
+        if (c.error && st.result.failure.empty()) {
+          st.result.failure = config::message_of(c.error);
+          st.ended = true;
+        } else if (!c.error) {
+          st.result.bytes += c.bytes;
+        }
+      }
+      post_one(); // before this one counts as done: the waiter stays
+      std::lock_guard<std::mutex> g{st.mtx};
+      if (++st.done == st.posted && st.ended)
+        st.cv.notify_all(); // the last touch of st
+    });
+  };
+  for (int i = 0; i < window; ++i)
+    post_one();
+  std::unique_lock<std::mutex> guard{st.mtx};
+  st.cv.wait(guard, [&] { return st.done == st.posted && st.ended; });
+  return st.result;
+}
 
 /// A child process serving one registered region of `len` bytes over tcp.
 struct receiver_process {

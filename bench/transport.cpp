@@ -32,7 +32,6 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -70,64 +69,17 @@ constexpr uint64_t region_len = 64 << 20;
 double tcp_run(backend& be, const local_registration& src,
                const transport::remote_region& dst, uint64_t size,
                working_set ws, double seconds, int window) {
-  // The first window is posted here, every later write from the completion
-  // of an earlier one (on the backend's thread, as ucx_perftest's and
-  // iperf3's single loops post from their progress loops), and only the
-  // last completion wakes this thread: a wake-up per write would charge the
-  // harness's own context switches to the backend (bench_verbs does the
-  // same).
-  struct state {
-    std::mutex mtx;
-    std::condition_variable cv;
-    int inflight = 0;
-    uint64_t bytes = 0;
-    uint64_t next = 0;
-    bool failed = false;
-    bool closed = false; ///< Past the run's time: nothing more is posted.
-  } st;
-  const uint64_t slots = ws == working_set::same_bytes ? 1 : region_len / size;
   auto start = clk::now();
   auto stop = start + std::chrono::duration<double>(seconds);
-  std::function<void()> post_one = [&] {
-    uint64_t off = 0;
-    {
-      std::lock_guard<std::mutex> g{st.mtx};
-      if (st.closed || st.failed)
-        return;
-      ++st.inflight;
-      off = (st.next++ % slots) * size;
-    }
-    batch b;
-    b.tclass = transport::traffic_class::kv;
-    b.writes.push_back({&src, off, *dst.subrange(off, size)});
-    be.post(std::move(b), [&](completion c) {
-      {
-        std::lock_guard<std::mutex> g{st.mtx};
-        if (c.error)
-          st.failed = true;
-        else
-          st.bytes += c.bytes;
-        // One clock read per completion decides whether to go on.
-        if (!st.closed && clk::now() >= stop)
-          st.closed = true;
-      }
-      post_one(); // before this one counts as done: the waiter stays
-      std::lock_guard<std::mutex> g{st.mtx};
-      if (--st.inflight == 0 && (st.closed || st.failed))
-        st.cv.notify_all(); // the last touch of st
-    });
-  };
-  for (int i = 0; i < window; ++i)
-    post_one();
-  std::unique_lock<std::mutex> guard{st.mtx};
-  st.cv.wait(guard,
-             [&] { return st.inflight == 0 && (st.closed || st.failed); });
+  auto r = bench::stream_writes(be, src, dst, size, ws, region_len, window,
+                                [&] { return clk::now() < stop; });
   double secs = std::chrono::duration<double>(clk::now() - start).count();
-  if (st.failed) {
-    std::fprintf(stderr, "bench_transport: a write failed\n");
+  if (!r.failure.empty()) {
+    std::fprintf(stderr, "bench_transport: a write failed: %s\n",
+                 r.failure.c_str());
     std::exit(1);
   }
-  return static_cast<double>(st.bytes) / secs / 1e9;
+  return static_cast<double>(r.bytes) / secs / 1e9;
 }
 
 /// One tcp run's rate and CPU cost per GB of both processes.

@@ -25,10 +25,7 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdlib>
-#include <functional>
-#include <mutex>
 #include <sstream>
 
 #include "bench/bulk_peer.hpp"
@@ -96,65 +93,23 @@ options verbs_options(const char* node, const char* device_env) {
 }
 
 /// Writes `count` x `size` bytes with `window` batches in flight; GB/s
-/// from the first post to the last completion (-1 if a write failed). The
-/// first window is posted here, every later write from the completion of an
-/// earlier one (on the backend's thread, as perftest's single loop does).
+/// from the first post to the last completion (-1 if a write failed),
+/// every later write posted from an earlier one's completion (as
+/// perftest's single loop posts; bench::stream_writes).
 double run_once(backend& be, const local_registration& src,
                 const transport::remote_region& dst, uint64_t size,
                 working_set set, uint64_t count, int window) {
-  struct state {
-    std::mutex mtx;
-    std::condition_variable cv;
-    uint64_t posted = 0;
-    uint64_t done = 0;
-    uint64_t bytes = 0;
-    std::string failure;
-  } st;
-  const uint64_t slots = set == working_set::same_bytes ? 1 : region_len / size;
-  std::function<void()> post_one = [&] {
-    uint64_t next = 0;
-    {
-      std::lock_guard<std::mutex> g{st.mtx};
-      if (st.posted >= count || !st.failure.empty())
-        return;
-      next = st.posted++;
-    }
-    batch b;
-    b.tclass = transport::traffic_class::kv;
-    auto off = (next % slots) * size;
-    b.writes.push_back({&src, off, *dst.subrange(off, size)});
-    be.post(std::move(b), [&](completion c) {
-      {
-        std::lock_guard<std::mutex> g{st.mtx};
-        if (c.error)
-          st.failure = config::message_of(c.error);
-        else
-          st.bytes += c.bytes;
-      }
-      post_one(); // before this one counts as done: the waiter stays
-      std::lock_guard<std::mutex> g{st.mtx};
-      ++st.done;
-      // Only the last completion wakes the waiter: a wake-up per write
-      // would cost the measured process a context switch per write, which
-      // ib_write_bw's single loop does not pay.
-      if (st.done == st.posted && (st.posted >= count || !st.failure.empty()))
-        st.cv.notify_all(); // the last touch of st
-    });
-  };
+  uint64_t posted = 0;
   auto start = clk::now();
-  for (int i = 0; i < window; ++i)
-    post_one();
-  std::unique_lock<std::mutex> guard{st.mtx};
-  st.cv.wait(guard, [&] {
-    return st.done == st.posted && (st.posted >= count || !st.failure.empty());
-  });
+  auto r = bench::stream_writes(be, src, dst, size, set, region_len, window,
+                                [&] { return posted++ < count; });
   double secs = std::chrono::duration<double>(clk::now() - start).count();
-  if (!st.failure.empty()) {
+  if (!r.failure.empty()) {
     std::fprintf(stderr, "bench_verbs: a write failed: %s\n",
-                 st.failure.c_str());
+                 r.failure.c_str());
     return -1;
   }
-  return static_cast<double>(st.bytes) / secs / 1e9;
+  return static_cast<double>(r.bytes) / secs / 1e9;
 }
 
 } // namespace

@@ -5,7 +5,9 @@
 //                   receiver process on loopback; kv writes of <size> cycling
 //                   through a 64 MiB source and a 64 MiB destination region
 //                   (every write lands in memory not touched for a while, as
-//                   KV blocks do), `window` batches in flight.
+//                   KV blocks do), `window` batches in flight, each later
+//                   one posted from an earlier one's completion
+//                   (bench::stream_writes).
 //   tcp_<size>_hot  the same, every write from and to the same <size> bytes:
 //                   the working set of the peers in bench/transport.sh
 //                   (iperf3 and ucx_perftest reuse one buffer per side).

@@ -99,9 +99,9 @@ private:
   void drop(in_conn& c);
   bool flush(in_conn& c);
   void accept_all();
-  /// Drops connections stalled mid-frame past io_timeout; true when a
-  /// live connection is mid-frame (its sender is writing the rest).
-  bool check_timeouts();
+  /// Drops connections stalled mid-frame past io_timeout at `now`; true
+  /// when a live connection is mid-frame (its sender is writing the rest).
+  bool check_timeouts(clock_type::time_point now);
   bool handle_auth(in_conn& c);
   bool handle_header(in_conn& c);
   void finish_frame(in_conn& c);
@@ -376,9 +376,9 @@ void tcp_receiver::loop::run() {
     // after a stream's last frame, when polling would only burn the CPU
     // that the node's other kv work (storage and copy threads of the same
     // class) needs.
-    bool mid_frame = check_timeouts();
+    auto now = clock_type::now();
+    bool mid_frame = check_timeouts(now);
     if (spin_.count() > 0) {
-      auto now = clock_type::now();
       auto until =
           now + (mid_frame ? spin_ : std::min(spin_, between_frames_spin));
       spin_until_ = n && *n > 0 ? until : std::min(spin_until_, until);
@@ -457,8 +457,7 @@ bool tcp_receiver::loop::flush(in_conn& c) {
   return true;
 }
 
-bool tcp_receiver::loop::check_timeouts() {
-  auto now = clock_type::now();
+bool tcp_receiver::loop::check_timeouts(clock_type::time_point now) {
   bool mid_frame = false;
   for (auto& [fd, c] : conns_) {
     if (c->dead)

@@ -88,9 +88,12 @@ void add_transport(std::vector<key_spec>& out) {
             "receive threshold filling); with 50 us both ends of a loopback "
             "stream fell asleep mid-stream and woke each other, half idle "
             "(docs/benchmarks.md).");
-  s.integer("tcp_kv_chunk_kib", 256, "KiB", range::between(4, 65536),
+  s.integer("tcp_kv_chunk_kib", 512, "KiB", range::between(4, 65536),
             "Largest kv send or receive of one system call, so a waking "
-            "control thread never waits long behind a kv copy in the kernel.");
+            "control thread never waits long behind a kv copy in the kernel; "
+            "also the most a kv receiver waits for before it reads "
+            "(SO_RCVLOWAT), so it wakes as a sender's call ends "
+            "(docs/benchmarks.md, transport).");
   s.integer("tcp_kv_yield_chunk_kib", 32, "KiB", range::between(4, 65536),
             "Largest kv send or receive of one system call while control "
             "traffic was seen within tcp_kv_yield_ms (at most "

@@ -287,8 +287,11 @@ struct options {
   int tcp_tos_control = 0xb8;   ///< IP TOS byte of control (DSCP EF).
   int tcp_tos_kv = 0x20;        ///< IP TOS byte of kv (DSCP CS1).
   /// Largest kv send or receive per system call, so a control thread never
-  /// waits long for a kv copy in the kernel to end.
-  uint32_t tcp_kv_chunk_kib = 256;
+  /// waits long for a kv copy in the kernel to end; also the most a kv
+  /// receiver waits for before it reads (SO_RCVLOWAT): it wakes as a
+  /// sender's call ends, not amid one (both ends read it; a mismatch
+  /// costs only speed).
+  uint32_t tcp_kv_chunk_kib = 512;
   /// ... and at most this while control traffic was seen within
   /// `tcp_kv_yield` (a waking control thread then waits behind a kv copy
   /// of this size at most; 0 ms: always tcp_kv_chunk_kib).

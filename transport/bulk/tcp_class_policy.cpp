@@ -77,6 +77,12 @@ caf::error start_class_thread(std::thread& out, const options& opts,
   return err;
 }
 
+size_t receive_wait_cap(const options& opts, traffic_class tc) {
+  if (tc == traffic_class::control)
+    return size_t{512} * 1024;
+  return std::max<size_t>(size_t{opts.tcp_kv_chunk_kib} << 10, 4096);
+}
+
 size_t syscall_chunk(tcp_context& ctx, traffic_class tc, size_t fallback,
                      int64_t now_ns) {
   if (tc == traffic_class::control)

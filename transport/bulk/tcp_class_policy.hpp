@@ -55,4 +55,12 @@ caf::error start_class_thread(std::thread& out, const options& opts,
 size_t syscall_chunk(tcp_context& ctx, traffic_class tc, size_t fallback,
                      int64_t now_ns);
 
+/// The most payload bytes a receive thread of class `tc` waits for
+/// (SO_RCVLOWAT) before it reads a connection: kv, one full kv system call
+/// of the sender (tcp_kv_chunk_kib, at least 4 KiB; both ends read the
+/// key), so the receiver wakes as a sender's call ends instead of taking
+/// the socket from it amid one (docs/benchmarks.md, transport); control,
+/// 512 KiB.
+size_t receive_wait_cap(const options& opts, traffic_class tc);
+
 } // namespace dualpath::transport::bulk

@@ -63,7 +63,8 @@ public:
         owner_(owner),
         tc_(tc),
         spin_(tc == traffic_class::kv ? ctx.opts.tcp_kv_spin
-                                      : std::chrono::microseconds{0}) {
+                                      : std::chrono::microseconds{0}),
+        lowat_cap_(receive_wait_cap(ctx.opts, tc)) {
     // nop
   }
 
@@ -115,6 +116,9 @@ private:
   /// ... and at most this long between frames.
   static constexpr std::chrono::nanoseconds between_frames_spin =
       std::chrono::microseconds{100};
+  /// The most payload bytes a connection waits for before it is read
+  /// (receive_wait_cap).
+  const size_t lowat_cap_;
   clock_type::time_point spin_until_{};
   uint64_t spins_ = 0;
   int listen_fd_ = -1;
@@ -638,16 +642,15 @@ void tcp_receiver::loop::on_readable(in_conn& c) {
 bool tcp_receiver::loop::set_lowat(in_conn& c) {
   // Wake up only when the bytes that let this connection progress are
   // there: the rest of a header, or the payload's next piece (at most
-  // `lowat_cap`). Never more than the peer is about to send, so no wait is
+  // `lowat_cap_`). Never more than the peer is about to send, so no wait is
   // lost; a stalled peer still ends at the io timeout.
-  constexpr size_t lowat_cap = 512 * 1024;
   size_t want = 1;
   if (c.st == in_state::auth)
     want = sizeof(wire::hello) - c.have;
   else if (c.st == in_state::header)
     want = sizeof(wire::frame_header) - c.have;
   else
-    want = std::min<uint64_t>(c.hdr.length - c.done, lowat_cap);
+    want = std::min<uint64_t>(c.hdr.length - c.done, lowat_cap_);
   want = std::max<size_t>(want, 1);
   if (want == c.lowat)
     return true;

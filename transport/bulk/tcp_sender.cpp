@@ -452,28 +452,23 @@ private:
     return true;
   }
 
-  /// Writes up to `budget` bytes of `w`'s front slice; returns bytes
-  /// written.
+  /// Writes up to `budget` payload bytes of `w`'s front slice, and its
+  /// header's rest with them (wire::next_send_call); returns bytes written.
   size_t write_some(lane_peer& p, wire_conn& w, size_t budget) {
     auto& s = w.queue.front();
-    const size_t hdr_len = sizeof(wire::frame_header);
-    const size_t total = hdr_len + s.hdr.length;
+    const size_t total = sizeof(wire::frame_header) + s.hdr.length;
+    const auto call = wire::next_send_call(s.sent, s.hdr.length, budget);
     iovec iov[2];
     size_t cnt = 0;
-    if (s.sent < hdr_len) {
-      iov[cnt].iov_base = reinterpret_cast<uint8_t*>(&s.hdr) + s.sent;
-      iov[cnt].iov_len = hdr_len - s.sent;
-      auto left = budget - std::min(budget, iov[cnt].iov_len);
+    if (call.header > 0) {
+      iov[cnt].iov_base =
+          reinterpret_cast<uint8_t*>(&s.hdr) + call.header_offset;
+      iov[cnt].iov_len = call.header;
       ++cnt;
-      if (s.hdr.length > 0 && left > 0) {
-        iov[cnt].iov_base = const_cast<uint8_t*>(s.src);
-        iov[cnt].iov_len = std::min<size_t>(s.hdr.length, left);
-        ++cnt;
-      }
-    } else {
-      auto off = s.sent - hdr_len;
-      iov[cnt].iov_base = const_cast<uint8_t*>(s.src + off);
-      iov[cnt].iov_len = std::min<size_t>(s.hdr.length - off, budget);
+    }
+    if (call.payload > 0) {
+      iov[cnt].iov_base = const_cast<uint8_t*>(s.src + call.payload_offset);
+      iov[cnt].iov_len = call.payload;
       ++cnt;
     }
     auto r = sendmsg_some(w.fd.get(), iov, cnt);

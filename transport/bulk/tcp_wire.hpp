@@ -9,6 +9,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -148,6 +149,33 @@ inline bool server_mac_ok(const std::string& secret, const uint8_t nonce[32],
   uint8_t expected[32];
   server_mac_of(secret, nonce, expected);
   return CRYPTO_memcmp(expected, w.mac, 32) == 0;
+}
+
+/// What one send system call of a frame carries, `sent` bytes of it (header
+/// first) already out: the header's rest (`header` bytes from
+/// `header_offset`), then `payload` bytes from `payload_offset`. The header
+/// rides with the payload uncharged, so a payload goes in `budget`-sized
+/// calls and a frame never ends in a header-sized call.
+struct send_call {
+  size_t header_offset = 0;
+  size_t header = 0;
+  uint64_t payload_offset = 0;
+  uint64_t payload = 0;
+};
+
+/// The next send_call of a frame of `length` payload bytes; `sent` is less
+/// than sizeof(frame_header) + length.
+inline send_call next_send_call(uint64_t sent, uint64_t length,
+                                uint64_t budget) {
+  send_call c;
+  if (sent < sizeof(frame_header)) {
+    c.header_offset = static_cast<size_t>(sent);
+    c.header = sizeof(frame_header) - c.header_offset;
+  } else {
+    c.payload_offset = sent - sizeof(frame_header);
+  }
+  c.payload = std::min(length - c.payload_offset, budget);
+  return c;
 }
 
 /// The frame header in the first `len` received bytes, if they hold one that

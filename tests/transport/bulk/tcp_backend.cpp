@@ -1089,6 +1089,52 @@ TEST_CASE("drop_peer stops a write the peer had begun: no byte of it lands "
   }
 }
 
+TEST_CASE("a kv receiver reads a payload once a whole kv call of it is "
+          "there, and not before") {
+  // A sender played by hand sends a frame's header, then a piece of its
+  // payload; the drop synchronises with the receive thread, so the region
+  // is read without racing it. Half a call is not read; a whole call is,
+  // and no more (the receiver wakes as a sender's call ends, not amid it).
+  constexpr size_t chunk = 64 << 10, len = 1 << 20;
+  auto o = normal_kv_opts_for("b");
+  o.tcp_kv_chunk_kib = chunk >> 10;
+  o.io_timeout = 5s;
+  auto b = make(o);
+  std::vector<uint8_t> dst(len, 0x5a);
+  auto reg = b->register_region(dst.data(), dst.size());
+  REQUIRE(reg);
+  auto d = reg->describe();
+  auto payload = pattern(len, 41);
+  auto untouched_from = [&](size_t from) {
+    return std::all_of(dst.begin() + static_cast<ptrdiff_t>(from), dst.end(),
+                       [](uint8_t x) { return x == 0x5a; });
+  };
+  for (size_t sent : {chunk / 2, chunk}) {
+    CAPTURE(sent);
+    int fd = connect_raw(*b);
+    REQUIRE(dualpath::test::raw_bulk_auth(fd, "s3cr3t", "p", 1));
+    auto h = wire::make_header(d.region_id, d.key, 0, len, traffic_class::kv);
+    REQUIRE(send_all(fd, &h, sizeof(h)));
+    // The header alone first: a read right after it takes what is queued
+    // whatever the threshold, so the piece must come after that read.
+    std::this_thread::sleep_for(100ms);
+    REQUIRE(send_all(fd, payload.data(), sent));
+    REQUIRE(eventually([&] { return unacked(fd) == 0; }));
+    std::this_thread::sleep_for(200ms);
+    b->drop_peer("p");
+    if (sent < chunk) {
+      CHECK(untouched_from(0));
+    } else {
+      CHECK(std::equal(payload.begin(),
+                       payload.begin() + static_cast<ptrdiff_t>(chunk),
+                       dst.begin()));
+      CHECK(untouched_from(chunk));
+    }
+    ::close(fd);
+    std::fill(dst.begin(), dst.end(), uint8_t{0x5a});
+  }
+}
+
 TEST_CASE("drop_peer on the receiving backend cuts a large write of a real "
           "peer: nothing lands after the return, the sender's batch fails, "
           "its next post reconnects") {

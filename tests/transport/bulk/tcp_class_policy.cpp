@@ -120,6 +120,19 @@ TEST_CASE("kv system calls are bounded, control ones are not") {
   CHECK(small.stats.kv_yield_calls == 0);
 }
 
+TEST_CASE("a kv receiver waits for one full kv call of its sender") {
+  options o;
+  for (uint32_t kib : {4u, 64u, 512u, 4096u}) {
+    o.tcp_kv_chunk_kib = kib;
+    tcp_context ctx{o};
+    CHECK(receive_wait_cap(o, traffic_class::kv)
+          == syscall_chunk(ctx, traffic_class::kv, 1 << 30, 0));
+  }
+  o.tcp_kv_chunk_kib = 1;
+  CHECK(receive_wait_cap(o, traffic_class::kv) == 4096);
+  CHECK(receive_wait_cap(o, traffic_class::control) == 512 * 1024);
+}
+
 TEST_CASE("kv system calls shrink for tcp_kv_yield after control traffic") {
   using namespace std::chrono_literals;
   options o;

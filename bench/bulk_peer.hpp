@@ -173,7 +173,8 @@ inline bool fork_receiver(uint64_t len, transport::bulk::options o,
 }
 
 /// Applies a bench flag that names a tcp option (`--kv-sched idle|batch|
-/// normal`, `--kv-nice N`, `--control-nice N`, `--kv-chunk-kib N`,
+/// normal`, `--kv-nice N`, `--control-nice N`, `--control-cpu N`,
+/// `--kv-chunk-kib N`,
 /// `--kv-yield-chunk-kib N`, `--kv-yield-ms N`, `--slice-kib N`,
 /// `--kv-spin-us N`, `--kv-connections N`); false when
 /// `key` is none of them.
@@ -184,6 +185,8 @@ inline bool tcp_option_flag(const std::string& key, const std::string& value,
       return false;
   } else if (key == "--kv-nice") {
     o.tcp_kv_nice = std::atoi(value.c_str());
+  } else if (key == "--control-cpu") {
+    o.tcp_control_cpu = std::atoi(value.c_str());
   } else if (key == "--control-nice") {
     o.tcp_control_nice = std::atoi(value.c_str());
   } else if (key == "--kv-chunk-kib") {

@@ -60,6 +60,12 @@ void add_transport(std::vector<key_spec>& out) {
   s.integer("tcp_control_nice", 0, "", range::between(-20, 19),
             "Niceness of the tcp control threads; 0 leaves it; below 0 needs "
             "CAP_SYS_NICE.");
+  s.integer("tcp_control_cpu", -1, "", range::between(-1, 4095),
+            "CPU the tcp control threads (sender lane, receive thread) run "
+            "on; -1: any. One CPU for the control path, so a wake-up between "
+            "its threads takes over the waker's CPU instead of waiting for a "
+            "kv thread to leave the kernel on another (docs/benchmarks.md, "
+            "qos). The CPU must be one this process may use.");
   s.integer(
       "tcp_priority_control", 6, "", range::between(0, 6),
       "SO_PRIORITY of tcp control sockets (the host's queueing disciplines).");

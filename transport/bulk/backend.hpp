@@ -280,8 +280,11 @@ struct options {
   /// Scheduling of the tcp kv sender and receive threads, so a busy host
   /// runs control threads first.
   tcp_cpu_sched tcp_kv_sched = tcp_cpu_sched::idle;
-  int tcp_kv_nice = 10;         ///< kv threads' niceness (normal and batch).
-  int tcp_control_nice = 0;     ///< Control threads' niceness; 0 leaves it.
+  int tcp_kv_nice = 10;     ///< kv threads' niceness (normal and batch).
+  int tcp_control_nice = 0; ///< Control threads' niceness; 0 leaves it.
+  /// CPU of the control threads (-1: any): the control path's wake-ups
+  /// then hand over one CPU instead of preempting a kv thread elsewhere.
+  int tcp_control_cpu = -1;
   int tcp_priority_control = 6; ///< SO_PRIORITY of control sockets (0..6).
   int tcp_priority_kv = 1;      ///< SO_PRIORITY of kv sockets (0..6).
   int tcp_tos_control = 0xb8;   ///< IP TOS byte of control (DSCP EF).

@@ -62,6 +62,8 @@ caf::expected<options> options_from(const config::settings& cfg,
   o.tcp_kv_nice = static_cast<int>(cfg.integer("transport.tcp_kv_nice"));
   o.tcp_control_nice =
       static_cast<int>(cfg.integer("transport.tcp_control_nice"));
+  o.tcp_control_cpu =
+      static_cast<int>(cfg.integer("transport.tcp_control_cpu"));
   o.tcp_priority_control =
       static_cast<int>(cfg.integer("transport.tcp_priority_control"));
   o.tcp_priority_kv =

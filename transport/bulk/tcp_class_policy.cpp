@@ -39,9 +39,23 @@ caf::error apply_thread_policy(const options& opts, traffic_class tc,
   auto set_nice = [&](int nice) {
     return sys_check("setpriority", ::setpriority(PRIO_PROCESS, tid, nice));
   };
-  if (tc == traffic_class::control)
+  if (tc == traffic_class::control) {
+    if (opts.tcp_control_cpu >= 0) {
+      if (opts.tcp_control_cpu >= CPU_SETSIZE)
+        return sys_error("pthread_setaffinity_np(transport.tcp_control_cpu)",
+                         EINVAL);
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(opts.tcp_control_cpu, &one);
+      if (auto rc =
+              ::pthread_setaffinity_np(::pthread_self(), sizeof(one), &one);
+          rc != 0)
+        return sys_error("pthread_setaffinity_np(transport.tcp_control_cpu)",
+                         rc);
+    }
     return opts.tcp_control_nice == 0 ? caf::none
                                       : set_nice(opts.tcp_control_nice);
+  }
   sched_param param{};
   switch (opts.tcp_kv_sched) {
     case tcp_cpu_sched::idle:

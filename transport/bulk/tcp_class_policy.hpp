@@ -10,7 +10,12 @@
 // control tail grows with that copy's size: while control traffic was seen
 // within `tcp_kv_yield_ms` (sent or received, in this process), kv calls
 // move at most `tcp_kv_yield_chunk_kib` (docs/benchmarks.md, qos: the chunk
-// sweep), and kv alone keeps the large, cheaper calls.
+// sweep), and kv alone keeps the large, cheaper calls. Where the kernel does
+// not preempt a thread in a system call (PREEMPT_NONE), a woken control
+// thread still waits for the kv call on its CPU to end, one wait per
+// thread of the control path; with `tcp_control_cpu` the control threads
+// share one CPU, and each wake-up between them takes over the CPU its waker
+// is about to leave instead.
 //
 // Thread safety: free functions; the thread functions act on the calling
 // thread only.
@@ -33,9 +38,10 @@ caf::error apply_socket_policy(int fd, const options& opts, traffic_class tc);
 
 /// Names the calling thread `name` (at most 15 characters, as
 /// /proc/self/task/<tid>/comm shows it) and applies the class's scheduling:
-/// control threads get `tcp_control_nice` (when not 0), kv threads
-/// `tcp_kv_sched` and `tcp_kv_nice`. Errors name the call (setpriority with
-/// a negative niceness needs CAP_SYS_NICE).
+/// control threads get `tcp_control_cpu` (when not -1) and
+/// `tcp_control_nice` (when not 0), kv threads `tcp_kv_sched` and
+/// `tcp_kv_nice`. Errors name the call (setpriority with a negative
+/// niceness needs CAP_SYS_NICE; a CPU outside the process's set is EINVAL).
 caf::error apply_thread_policy(const options& opts, traffic_class tc,
                                const char* name);
 

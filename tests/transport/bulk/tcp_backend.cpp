@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <mutex>
@@ -732,6 +733,53 @@ TEST_CASE("every socket and thread carries its traffic class's priority") {
         == std::vector<int>{SCHED_OTHER, SCHED_OTHER});
   CHECK(policies_of("dp-tcp-rx-ctl")
         == std::vector<int>{SCHED_OTHER, SCHED_OTHER});
+}
+
+TEST_CASE("with tcp_control_cpu both control threads run on that CPU, the kv "
+          "threads anywhere") {
+  cpu_set_t all;
+  REQUIRE(::sched_getaffinity(0, sizeof(all), &all) == 0);
+  int cpu = -1;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all))
+      cpu = c;
+  REQUIRE(cpu >= 0);
+  auto o = opts_for("a");
+  o.tcp_control_cpu = cpu;
+  auto a = make(o);
+  // The backend's threads, by name, as (CPUs allowed, `cpu` among them):
+  // the control ones allow `cpu` alone, the kv ones every CPU this process
+  // may use.
+  using mask = std::pair<int, bool>;
+  auto masks = [&](const std::string& comm) {
+    std::vector<mask> out;
+    for (auto& e : std::filesystem::directory_iterator{"/proc/self/task"}) {
+      std::ifstream in{e.path() / "comm"};
+      std::string name;
+      std::getline(in, name);
+      if (name != comm)
+        continue;
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      REQUIRE(::sched_getaffinity(std::stoi(e.path().filename().string()),
+                                  sizeof(set), &set)
+              == 0);
+      out.emplace_back(CPU_COUNT(&set), CPU_ISSET(cpu, &set) != 0);
+    }
+    return out;
+  };
+  CHECK(masks("dp-tcp-tx-ctl") == std::vector<mask>{{1, true}});
+  CHECK(masks("dp-tcp-rx-ctl") == std::vector<mask>{{1, true}});
+  CHECK(masks("dp-tcp-tx-kv") == std::vector<mask>{{CPU_COUNT(&all), true}});
+  CHECK(masks("dp-tcp-rx-kv") == std::vector<mask>{{CPU_COUNT(&all), true}});
+  // A CPU this process may not use: the backend does not start, and says
+  // which key.
+  auto bad = opts_for("c");
+  bad.tcp_control_cpu = CPU_SETSIZE + 7;
+  auto c = make_tcp_backend(bad);
+  REQUIRE(!c);
+  CHECK(to_string(c.error()).find("transport.tcp_control_cpu")
+        != std::string::npos);
 }
 
 TEST_CASE("a control thread niceness the kernel refuses fails the start") {

@@ -17,6 +17,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/support/thread_sched.hpp"
 #include "transport/bulk/tcp_class_policy.hpp"
@@ -96,6 +97,68 @@ TEST_CASE("kv threads run at the configured lowest priority, control ahead") {
   auto ctl2 = run_policy(o, traffic_class::control, "dp-test-ctl2");
   REQUIRE(!ctl2.err);
   CHECK(ctl2.nice == 2);
+}
+
+namespace {
+
+/// The CPUs `tid` (0: the calling thread) may run on.
+std::vector<int> cpus_of(pid_t tid) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(tid, sizeof(set), &set) == 0);
+  std::vector<int> out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set))
+      out.push_back(c);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("tcp_control_cpu pins control threads to that CPU, not kv ones") {
+  auto all = cpus_of(0);
+  REQUIRE(!all.empty());
+  options o;
+  o.tcp_kv_sched = tcp_cpu_sched::normal;
+  o.tcp_kv_nice = 0;
+  o.tcp_control_cpu = all.back();
+  std::vector<int> ctl, kv;
+  auto v = dualpath::test::on_new_thread([&] {
+    auto err = apply_thread_policy(o, traffic_class::control, "t-ctl");
+    ctl = cpus_of(0);
+    return err;
+  });
+  REQUIRE(!v.err);
+  CHECK(ctl == std::vector<int>{all.back()});
+  v = dualpath::test::on_new_thread([&] {
+    auto err = apply_thread_policy(o, traffic_class::kv, "t-kv");
+    kv = cpus_of(0);
+    return err;
+  });
+  REQUIRE(!v.err);
+  CHECK(kv == all);
+  // -1 (the default) leaves the mask alone.
+  o.tcp_control_cpu = -1;
+  v = dualpath::test::on_new_thread([&] {
+    auto err = apply_thread_policy(o, traffic_class::control, "t-ctl");
+    ctl = cpus_of(0);
+    return err;
+  });
+  REQUIRE(!v.err);
+  CHECK(ctl == all);
+}
+
+TEST_CASE("a tcp_control_cpu the process may not use is an error naming the "
+          "key") {
+  options o;
+  for (int cpu : {CPU_SETSIZE - 1, CPU_SETSIZE + 7}) {
+    CAPTURE(cpu);
+    o.tcp_control_cpu = cpu;
+    auto v = run_policy(o, traffic_class::control, "t-ctl");
+    REQUIRE(v.err);
+    CHECK(to_string(v.err).find("transport.tcp_control_cpu")
+          != std::string::npos);
+  }
 }
 
 TEST_CASE("a thread name the kernel refuses is an error naming the call") {

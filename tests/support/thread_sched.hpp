@@ -47,20 +47,27 @@ inline thread_view on_new_thread(const std::function<caf::error()>& set) {
   return v;
 }
 
-/// Policy (sched_getscheduler) and niceness of each of this process's
-/// threads named `comm` now, read from the thread list in /proc/self/task.
-inline std::vector<std::pair<int, int>> threads_now(const std::string& comm) {
-  std::vector<std::pair<int, int>> out;
+/// The thread ids of this process's threads named `comm` now, from the
+/// thread list in /proc/self/task.
+inline std::vector<pid_t> tids_named(const std::string& comm) {
+  std::vector<pid_t> out;
   for (auto& e : std::filesystem::directory_iterator{"/proc/self/task"}) {
     std::ifstream in{e.path() / "comm"};
     std::string name;
     std::getline(in, name);
-    if (name != comm)
-      continue;
-    auto tid = std::stoi(e.path().filename().string());
+    if (name == comm)
+      out.push_back(std::stoi(e.path().filename().string()));
+  }
+  return out;
+}
+
+/// Policy (sched_getscheduler) and niceness of each of this process's
+/// threads named `comm` now.
+inline std::vector<std::pair<int, int>> threads_now(const std::string& comm) {
+  std::vector<std::pair<int, int>> out;
+  for (auto tid : tids_named(comm))
     out.emplace_back(::sched_getscheduler(tid),
                      ::getpriority(PRIO_PROCESS, static_cast<id_t>(tid)));
-  }
   return out;
 }
 

@@ -26,7 +26,6 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <future>
 #include <mutex>
@@ -753,17 +752,10 @@ TEST_CASE("with tcp_control_cpu both control threads run on that CPU, the kv "
   using mask = std::pair<int, bool>;
   auto masks = [&](const std::string& comm) {
     std::vector<mask> out;
-    for (auto& e : std::filesystem::directory_iterator{"/proc/self/task"}) {
-      std::ifstream in{e.path() / "comm"};
-      std::string name;
-      std::getline(in, name);
-      if (name != comm)
-        continue;
+    for (auto tid : dualpath::test::tids_named(comm)) {
       cpu_set_t set;
       CPU_ZERO(&set);
-      REQUIRE(::sched_getaffinity(std::stoi(e.path().filename().string()),
-                                  sizeof(set), &set)
-              == 0);
+      REQUIRE(::sched_getaffinity(tid, sizeof(set), &set) == 0);
       out.emplace_back(CPU_COUNT(&set), CPU_ISSET(cpu, &set) != 0);
     }
     return out;

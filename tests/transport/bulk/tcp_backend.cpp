@@ -1156,11 +1156,12 @@ TEST_CASE("a kv receiver reads a payload once a whole kv call of it is "
     auto h = wire::make_header(d.region_id, d.key, 0, len, traffic_class::kv);
     REQUIRE(send_all(fd, &h, sizeof(h)));
     // The header alone first: a read right after it takes what is queued
-    // whatever the threshold, so the piece must come after that read.
-    std::this_thread::sleep_for(100ms);
+    // whatever the threshold, so the piece must come after that read (the
+    // kv thread runs at normal priority; 300 ms is slack for a busy CI).
+    std::this_thread::sleep_for(300ms);
     REQUIRE(send_all(fd, payload.data(), sent));
     REQUIRE(eventually([&] { return unacked(fd) == 0; }));
-    std::this_thread::sleep_for(200ms);
+    std::this_thread::sleep_for(300ms);
     b->drop_peer("p");
     if (sent < chunk) {
       CHECK(untouched_from(0));

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# bench/run qos [--runs N] [--samples N] [tcp option flags]: p99 latency of
-# 4 KiB control writes alone and while a kv stream saturates the same
-# connection pair (tcp backend, two processes on loopback); N runs (default
-# 5), each measuring alone then loaded. Last line:
+# bench/run qos [--runs N] [--samples N] [--control-cpu N] [tcp option
+# flags]: p99 latency of 4 KiB control writes alone and while a kv stream
+# saturates the same connection pair (tcp backend, two processes on
+# loopback); N runs (default 5), each measuring alone then loaded. The
+# control path runs on CPU 0 (transport.tcp_control_cpu in both processes,
+# and the posting thread); --control-cpu -1 lets the kernel place it. Last
+# line:
 #   RESULT qos runs=N p99_ratio=X ratio_spread=A..B alone_p99_us=..
-#     loaded_p99_us=..   (X: median of the runs' loaded/alone p99; target
-#                         <= 1.2)
+#     loaded_p99_us=.. control_cpu=C   (X: median of the runs' loaded/alone
+#                         p99; target <= 1.2)
 # BUILD_DIR (set by bench/run) holds an optimised build.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -117,6 +117,10 @@ TEST_CASE("out of range: negative bandwidth, zero layers, block size 0") {
   CHECK(f.code == config_errc::out_of_range);
   CHECK(has(f.message, "'transport.tcp_kv_spin_us' = -1"));
   CHECK(has(f.message, "allowed an integer in 0 .. 10000"));
+  f = fails_override("transport.tcp_control_cpu=-2");
+  CHECK(f.code == config_errc::out_of_range);
+  CHECK(has(f.message, "'transport.tcp_control_cpu' = -2"));
+  CHECK(has(f.message, "allowed an integer in -1 .. 4095"));
 }
 
 TEST_CASE("invalid choice") {

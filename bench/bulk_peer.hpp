@@ -6,6 +6,7 @@
 // Thread safety: fork_receiver must run before the parent starts threads.
 #pragma once
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -205,6 +206,17 @@ inline bool tcp_option_flag(const std::string& key, const std::string& value,
     return false;
   }
   return true;
+}
+
+/// Pins the calling thread to `cpu` (threads it starts afterwards inherit
+/// the mask); false when the kernel refuses.
+inline bool pin_calling_thread(int cpu) {
+  if (cpu < 0 || cpu >= CPU_SETSIZE)
+    return false;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return ::sched_setaffinity(0, sizeof(one), &one) == 0;
 }
 
 /// CPU seconds (user + system) process `pid` has used so far.

@@ -18,8 +18,6 @@
 //   RESULT qos runs=N p99_ratio=X ratio_spread=A..B alone_p99_us=..
 //     loaded_p99_us=.. control_cpu=C   (X: median over runs of loaded p99 /
 //                         alone p99, A..B its min..max; target X <= 1.2)
-#include <sched.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -165,11 +163,9 @@ int main(int argc, char** argv) {
   if (o.tcp_control_cpu >= 0) {
     // The posting thread is the control path's first link. Pinned after the
     // backend started its threads, so its kv threads keep every CPU.
-    cpu_set_t one;
-    CPU_ZERO(&one);
-    CPU_SET(o.tcp_control_cpu, &one);
-    if (::sched_setaffinity(0, sizeof(one), &one) != 0) {
-      std::perror("bench_qos: sched_setaffinity");
+    if (!bench::pin_calling_thread(o.tcp_control_cpu)) {
+      std::fprintf(stderr, "bench_qos: cannot run on CPU %d (--control-cpu)\n",
+                   o.tcp_control_cpu);
       return 1;
     }
   }

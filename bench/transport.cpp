@@ -307,13 +307,9 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "local_64m") {
     // Pinned before the backends start their worker threads (which inherit
     // the mask); this thread's mask is restored after.
-    cpu_set_t all, one;
-    bool pinned = ::sched_getaffinity(0, sizeof(all), &all) == 0;
-    if (pinned) {
-      CPU_ZERO(&one);
-      CPU_SET(::sched_getcpu(), &one);
-      pinned = ::sched_setaffinity(0, sizeof(one), &one) == 0;
-    }
+    cpu_set_t all;
+    bool pinned = ::sched_getaffinity(0, sizeof(all), &all) == 0
+                  && bench::pin_calling_thread(::sched_getcpu());
     const int copies = std::max(runs, 15);
     auto fabric = make_local_fabric();
     options oa, ob;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <future>
 
@@ -41,15 +42,16 @@ caf::error apply_thread_policy(const options& opts, traffic_class tc,
   };
   if (tc == traffic_class::control) {
     if (opts.tcp_control_cpu >= 0) {
-      if (opts.tcp_control_cpu >= CPU_SETSIZE)
-        return sys_error("pthread_setaffinity_np(transport.tcp_control_cpu)",
-                         EINVAL);
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(opts.tcp_control_cpu, &one);
-      if (auto rc =
-              ::pthread_setaffinity_np(::pthread_self(), sizeof(one), &one);
-          rc != 0)
+      // pthread_setaffinity_np returns the error number; a CPU beyond the
+      // set's size is one no process may use.
+      int rc = EINVAL;
+      if (opts.tcp_control_cpu < CPU_SETSIZE) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(opts.tcp_control_cpu, &one);
+        rc = ::pthread_setaffinity_np(::pthread_self(), sizeof(one), &one);
+      }
+      if (rc != 0)
         return sys_error("pthread_setaffinity_np(transport.tcp_control_cpu)",
                          rc);
     }
@@ -91,10 +93,19 @@ caf::error start_class_thread(std::thread& out, const options& opts,
   return err;
 }
 
+namespace {
+
+/// One full kv system call: tcp_kv_chunk_kib, at least 4 KiB.
+size_t kv_call_bytes(const options& opts) {
+  return std::max<size_t>(size_t{opts.tcp_kv_chunk_kib} << 10, 4096);
+}
+
+} // namespace
+
 size_t receive_wait_cap(const options& opts, traffic_class tc) {
   if (tc == traffic_class::control)
     return size_t{512} * 1024;
-  return std::max<size_t>(size_t{opts.tcp_kv_chunk_kib} << 10, 4096);
+  return kv_call_bytes(opts);
 }
 
 size_t syscall_chunk(tcp_context& ctx, traffic_class tc, size_t fallback,
@@ -102,7 +113,7 @@ size_t syscall_chunk(tcp_context& ctx, traffic_class tc, size_t fallback,
   if (tc == traffic_class::control)
     return fallback;
   const auto& o = ctx.opts;
-  auto full = std::max<size_t>(size_t{o.tcp_kv_chunk_kib} << 10, 4096);
+  auto full = kv_call_bytes(o);
   auto window =
       std::chrono::duration_cast<std::chrono::nanoseconds>(o.tcp_kv_yield)
           .count();

@@ -61,6 +61,16 @@ inline std::vector<pid_t> tids_named(const std::string& comm) {
   return out;
 }
 
+/// How often thread `tid` of this process has gone to sleep so far
+/// (voluntary_ctxt_switches in /proc/self/task/<tid>/status; -1 if gone).
+inline long voluntary_switches(pid_t tid) {
+  std::ifstream in{"/proc/self/task/" + std::to_string(tid) + "/status"};
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("voluntary_ctxt_switches:", 0) == 0)
+      return std::stol(line.substr(line.find(':') + 1));
+  return -1;
+}
+
 /// Policy (sched_getscheduler) and niceness of each of this process's
 /// threads named `comm` now.
 inline std::vector<std::pair<int, int>> threads_now(const std::string& comm) {

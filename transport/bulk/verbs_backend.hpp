@@ -268,6 +268,8 @@ private:
   serve_handshake(half_open h, caf::expected<verbs::frame> f);
   void on_side_frame(uint64_t conn, verbs::frame f);
   void on_side_lost(uint64_t conn, bool sender, const caf::error& why);
+  /// Queues `c` for the side thread (commands_mtx_); the caller wakes it.
+  void command_side(side_command c);
   void wake();
   void wake_poller();
 
@@ -302,7 +304,6 @@ private:
   std::map<uint64_t, incoming> in_;
   std::unordered_map<uint64_t, pending> batches_;
   std::deque<std::pair<std::string, uint64_t>> connect_jobs_;
-  std::vector<side_command> commands_;
   uint32_t next_region_ = 1;
   uint64_t next_batch_ = 1;
   uint64_t next_conn_ = 1;
@@ -315,6 +316,13 @@ private:
   /// Batches on a queue pair (posted or expired): the poller spins then.
   std::atomic<uint64_t> inflight_{0};
   std::mutex cq_mtx_; // serialises ibv_poll_cq with ibv_resize_cq
+  /// The side thread's work, under a lock of its own: that thread takes
+  /// only this one to collect it, never mtx_, which the poller holds for
+  /// most of a busy stream (a side thread waiting on mtx_ every poll round
+  /// was woken and refused at nearly every completion). Pushed with mtx_
+  /// held or not; mtx_ is never taken while holding this.
+  std::mutex commands_mtx_;
+  std::vector<side_command> commands_;
   std::atomic<bool> stop_{false};
   std::mutex handler_mtx_;
   immediate_handler handler_;

@@ -330,7 +330,7 @@ void verbs_backend::finish_attempt(const std::string& peer, uint64_t attempt,
   c.conn = o.conn;
   c.sender = true;
   c.ch = std::move(res->ch);
-  commands_.push_back(std::move(c));
+  command_side(std::move(c));
   wake();
   auto ids = std::move(o.parked);
   o.parked.clear();
@@ -477,7 +477,7 @@ void verbs_backend::side_loop() {
     }
     std::vector<side_command> cmds;
     {
-      std::lock_guard<std::mutex> guard{mtx_};
+      std::lock_guard<std::mutex> guard{commands_mtx_};
       cmds.swap(commands_);
     }
     std::vector<std::pair<uint64_t, caf::error>> lost;

@@ -111,7 +111,7 @@ void verbs_backend::deregister(uint32_t region_id) {
     c.conn = conn;
     c.type = verbs::frame_type::region_gone;
     c.body = w.bytes();
-    commands_.push_back(std::move(c));
+    command_side(std::move(c));
   }
   wake();
   // No posted work request may still read it (each batch ends by its

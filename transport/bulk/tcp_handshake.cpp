@@ -46,13 +46,18 @@ caf::expected<unique_fd> dial(const dial_request& req) {
   if (auto err = send_all(fd->get(), &h, sizeof(h), "hello"))
     return err;
   wire::welcome w{};
-  if (recv_all(fd->get(), &w, sizeof(w), "welcome")
-      || w.magic != wire::auth_magic || w.status != 0)
+  // Closed or silent is not a refusal: the peer may have dropped us for
+  // a hello later than its io timeout (a starved sender), or died.
+  if (recv_all(fd->get(), &w, sizeof(w), "welcome"))
+    return caf::make_error(transport_errc::peer_lost,
+                           "no answer to our hello from " + where
+                             + ": closed, or none within the io timeout");
+  if (w.magic != wire::auth_magic || w.status != 0)
     return caf::make_error(transport_errc::unauthenticated,
-                           "peer " + req.host + " refused our credentials");
+                           "peer " + where + " refused our credentials");
   if (!wire::server_mac_ok(req.secret, h.nonce, w))
     return caf::make_error(transport_errc::unauthenticated,
-                           "peer " + req.host + " failed to prove the secret");
+                           "peer " + where + " failed to prove the secret");
   if (auto err = set_io_timeout(fd->get(), std::chrono::milliseconds{0}))
     return err;
   if (auto err = set_nonblocking(fd->get()))

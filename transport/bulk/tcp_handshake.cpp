@@ -51,7 +51,7 @@ caf::expected<unique_fd> dial(const dial_request& req) {
   if (recv_all(fd->get(), &w, sizeof(w), "welcome"))
     return caf::make_error(transport_errc::peer_lost,
                            "no answer to our hello from " + where
-                             + ": closed, or none within the io timeout");
+                               + ": closed, or none within the io timeout");
   if (w.magic != wire::auth_magic || w.status != 0)
     return caf::make_error(transport_errc::unauthenticated,
                            "peer " + where + " refused our credentials");

@@ -16,8 +16,11 @@
 // Devices: $DUALPATH_VERBS_DEVICE (sender), $DUALPATH_VERBS_PEER_DEVICE
 // (receiver); empty: the first device.
 // Usage: bench_verbs [--runs N] [--bytes B] [--only NAME] [--window W]
+//                    [--kv-queue-pairs K]
+// (K: the sender's transport.verbs_kv_queue_pairs; default the backend's.)
 // Output: one line per workload:
-//   <name> size=<bytes> median_gbps=X min_gbps=Y max_gbps=Z
+//   <name> size=<bytes> median_gbps=X min_gbps=Y max_gbps=Z window=W
+//   kv_queue_pairs=K
 // (GB/s = 1e9 bytes/s).
 #include <fcntl.h>
 #include <signal.h>
@@ -118,6 +121,7 @@ int main(int argc, char** argv) {
   int runs = 5;
   uint64_t total = 96ull << 20;
   int window = 0;
+  uint32_t kv_qps = options{}.verbs_kv_queue_pairs;
   std::string only;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
@@ -129,6 +133,8 @@ int main(int argc, char** argv) {
       only = argv[i + 1];
     else if (k == "--window")
       window = std::atoi(argv[i + 1]);
+    else if (k == "--kv-queue-pairs")
+      kv_qps = static_cast<uint32_t>(std::atoi(argv[i + 1]));
   }
   int fds[2];
   if (::pipe(fds) != 0)
@@ -153,6 +159,7 @@ int main(int argc, char** argv) {
     // The send queue as deep as the window, as ib_write_bw's -t.
     auto o = verbs_options("sender", "DUALPATH_VERBS_DEVICE");
     o.verbs_max_outstanding = 256;
+    o.verbs_kv_queue_pairs = kv_qps;
     auto be = make_verbs_backend(o);
     if (!be) {
       std::fprintf(stderr, "bench_verbs: %s\n",
@@ -190,9 +197,9 @@ int main(int argc, char** argv) {
           continue;
         auto s = bench::summarize(xs);
         std::printf("%s size=%llu median_gbps=%.4f min_gbps=%.4f "
-                    "max_gbps=%.4f window=%d\n",
+                    "max_gbps=%.4f window=%d kv_queue_pairs=%u\n",
                     w.name, static_cast<unsigned long long>(w.size), s.median,
-                    s.min, s.max, win);
+                    s.min, s.max, win, kv_qps);
         std::fflush(stdout);
       }
     }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/run verbs [--runs N] [--bytes B]: the verbs bulk backend against
+# bench/run verbs [--runs N] [--bytes B] [--kv-queue-pairs K]: the verbs bulk
+# backend against
 # perftest's ib_write_bw on the same RDMA device pair, at 64 KiB, 1 MiB and
 # 4 MiB writes. On a host without rxe devices it boots the rdma-vm guest
 # (tests/rdma/lib.sh; Soft-RoCE rxe1 -> rxe0 there) and runs itself inside.
@@ -9,6 +10,13 @@
 # rate is B over the time from the first write to the last completion;
 # every tool gets the same number of runs, taken in turns round by round,
 # median taken.
+#
+# bench_verbs runs with K KV queue pairs (transport.verbs_kv_queue_pairs,
+# default 2 as the backend's default), each posted and completed on its own
+# thread. ib_write_bw runs twice per round: with one queue pair (its
+# default) and with K (-q K, the same ~16 MiB spread over them; perftest
+# posts to all of them from its one thread). The ratio is against the
+# better of the two medians.
 #
 # Under the rdma-vm guest the devices are Soft-RoCE under software emulation
 # (TCG): the absolute rates are the emulator's, tens of MB/s, and say nothing
@@ -22,9 +30,9 @@
 #
 # Last line:
 #   RESULT verbs ratio_64k=A ratio_1m=B ratio_4m=C min_ratio=M
-#     cold_64k=D cold_1m=E cold_4m=F
-# ratio = verbs_<size>_hot median / ib_write_bw median, cold = verbs_<size>
-# median / ib_write_bw median (GB/s = 1e9 bytes/s); target M >= 1.0.
+#     cold_64k=D cold_1m=E cold_4m=F kv_queue_pairs=K
+# ratio = verbs_<size>_hot median / the better ib_write_bw median, cold =
+# verbs_<size> median / the same (GB/s = 1e9 bytes/s); target M >= 1.0.
 # BUILD_DIR (set by bench/run) holds the build;
 # BENCH_VERBS_BIN names an already built bench_verbs instead.
 set -euo pipefail
@@ -32,11 +40,13 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 BUILD_DIR=${BUILD_DIR:-$root/build-bench}
 runs=5
 bytes=100663296
+kvq=2
 args=("$@")
 while [ $# -gt 0 ]; do
   case $1 in
     --runs) runs=$2; shift 2 ;;
     --bytes) bytes=$2; shift 2 ;;
+    --kv-queue-pairs) kvq=$2; shift 2 ;;
     *) echo "bench verbs: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -79,17 +89,19 @@ echo "# Soft-RoCE $tx -> $rx, runs=$runs bytes=$bytes; $(nproc) CPUs; absolute r
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 spread() { sort -g | awk 'NR==1{lo=$1} {hi=$1} END {printf "%s..%s", lo, hi}'; }
 port=18600
-perftest_gbps() { # size -> GB/s of one ib_write_bw run of $bytes
+perftest_gbps() { # size qps -> GB/s of one ib_write_bw run of $bytes
   # (nothing for a run that failed or reported 0.00 Gb/s, as a loaded guest
   # sometimes does: such a run is left out, and runs= below says so)
-  # The same depth as bench_verbs: about 16 MiB (at least 4 writes) posted.
-  local size=$1 p=$((port++)) depth=$(( 16777216 / $1 )) iters=$(( bytes / $1 ))
+  # The same depth as bench_verbs: about 16 MiB (at least 4 writes) posted,
+  # over `qps` queue pairs (-t and -n are per queue pair).
+  local size=$1 q=$2 p=$((port++)) depth=$(( 16777216 / $1 / $2 )) iters=$(( bytes / $1 / $2 ))
   [ "$depth" -lt 4 ] && depth=4
+  [ "$iters" -lt 1 ] && iters=1
   [ "$depth" -gt "$iters" ] && depth=$iters
-  ib_write_bw -d "$rx" -x "$gid" -s "$size" -n "$iters" -t "$depth" -F -p "$p" --report_gbits >/dev/null 2>&1 &
+  ib_write_bw -d "$rx" -x "$gid" -s "$size" -n "$iters" -t "$depth" -q "$q" -F -p "$p" --report_gbits >/dev/null 2>&1 &
   local srv=$!
   sleep 1
-  timeout 600 ib_write_bw -d "$tx" -x "$gid" -s "$size" -n "$iters" -t "$depth" -F -p "$p" \
+  timeout 600 ib_write_bw -d "$tx" -x "$gid" -s "$size" -n "$iters" -t "$depth" -q "$q" -F -p "$p" \
       --report_gbits "$rx_ip" 2>/dev/null |
     awk -v s="$size" '$1 == s && $4 > 0 {printf "%.5f\n", $4 / 8}' || true
   wait "$srv" 2>/dev/null || true
@@ -106,28 +118,33 @@ for pair in "64k 65536" "1m 1048576" "4m 4194304"; do
   for ((r = 0; r < runs; r++)); do
     for w in "${name}_hot" "$name"; do
       v=$(DUALPATH_VERBS_DEVICE=$tx DUALPATH_VERBS_PEER_DEVICE=$rx \
-          "$bin" --runs 1 --bytes "$bytes" --only "verbs_$w" | value_of)
+          "$bin" --runs 1 --bytes "$bytes" --kv-queue-pairs "$kvq" --only "verbs_$w" | value_of)
       [ -n "$v" ] || { echo "bench verbs: bench_verbs verbs_$w failed" >&2; exit 1; }
       got[$w]+="$v "
     done
-    v=$(perftest_gbps "$size")
-    [ -n "$v" ] && got[peer]+="$v "
+    for q in $(printf '%s\n' 1 "$kvq" | sort -un); do
+      v=$(perftest_gbps "$size" "$q")
+      [ -n "$v" ] && got[peer$q]+="$v "
+    done
   done
   for w in "${name}_hot" "$name"; do
     ours[$w]=$(printf '%s\n' ${got[$w]} | median)
     echo "verbs_$w size=$size median_gbps=${ours[$w]} spread_gbps=$(printf '%s\n' ${got[$w]} | spread) runs=$runs"
   done
-  if [ -z "${got[peer]:-}" ]; then
-    echo "peer ib_write_bw size=$size no result"
-    theirs[$name]=0
-    continue
-  fi
-  theirs[$name]=$(printf '%s\n' ${got[peer]} | median)
-  echo "peer ib_write_bw size=$size median_gbps=${theirs[$name]} spread_gbps=$(printf '%s\n' ${got[peer]} | spread) runs=$(printf '%s\n' ${got[peer]} | wc -l)"
+  theirs[$name]=0
+  for q in $(printf '%s\n' 1 "$kvq" | sort -un); do
+    if [ -z "${got[peer$q]:-}" ]; then
+      echo "peer ib_write_bw -q $q size=$size no result"
+      continue
+    fi
+    m=$(printf '%s\n' ${got[peer$q]} | median)
+    echo "peer ib_write_bw -q $q size=$size median_gbps=$m spread_gbps=$(printf '%s\n' ${got[peer$q]} | spread) runs=$(printf '%s\n' ${got[peer$q]} | wc -l)"
+    theirs[$name]=$(awk -v a="${theirs[$name]}" -v b="$m" 'BEGIN{print (b>a)?b:a}')
+  done
   unset got
 done
 ratio() { awk -v a="${ours[$1]:-0}" -v b="${theirs[$2]:-0}" 'BEGIN{printf "%.3f", (b>0)?a/b:0}'; }
 r64=$(ratio 64k_hot 64k) r1=$(ratio 1m_hot 1m) r4=$(ratio 4m_hot 4m)
 c64=$(ratio 64k 64k) c1=$(ratio 1m 1m) c4=$(ratio 4m 4m)
 min=$(printf '%s\n' "$r64" "$r1" "$r4" | sort -g | head -1)
-echo "RESULT verbs ratio_64k=$r64 ratio_1m=$r1 ratio_4m=$r4 min_ratio=$min cold_64k=$c64 cold_1m=$c1 cold_4m=$c4"
+echo "RESULT verbs ratio_64k=$r64 ratio_1m=$r1 ratio_4m=$r4 min_ratio=$min cold_64k=$c64 cold_1m=$c1 cold_4m=$c4 kv_queue_pairs=$kvq"

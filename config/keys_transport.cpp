@@ -42,6 +42,12 @@ void add_transport(std::vector<key_spec>& out) {
   s.integer("verbs_hop_limit", 64, "", range::between(1, 255),
             "GRH hop limit of RoCE v2 / routed InfiniBand packets (routers on "
             "the path each take one).");
+  s.integer("verbs_kv_queue_pairs", 2, "queue pairs", range::between(1, 8),
+            "RC queue pairs per verbs connection for KV traffic, each with "
+            "its own completion queue and thread (posting and completing); a "
+            "KV batch goes on the least loaded one, so a batch and its "
+            "immediate stay on one, but two batches may complete out of "
+            "order.");
   s.integer("verbs_handshake_port", 0, "port", range::between(0, 65535),
             "TCP port of the verbs handshake listener (on the tcp_listen host "
             "or the node's host); 0: any free port.");

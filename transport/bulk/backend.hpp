@@ -324,6 +324,8 @@ struct options {
   int verbs_hop_limit = 64;          ///< GRH hop limit, 1..255.
   uint16_t verbs_handshake_port = 0; ///< Side channel; 0 = any free port.
   uint32_t verbs_max_outstanding = 64;
+  /// KV queue pairs per connection (1..8), each served by its own thread.
+  uint32_t verbs_kv_queue_pairs = 2;
   /// Where `auto` reports per-peer choices (fallbacks); may be empty.
   std::function<void(const std::string&)> notice;
 };

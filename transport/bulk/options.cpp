@@ -37,6 +37,8 @@ caf::expected<options> options_from(const config::settings& cfg,
       std::chrono::milliseconds{cfg.integer("transport.deadline_ms")};
   o.verbs_max_outstanding =
       static_cast<uint32_t>(cfg.integer("transport.max_outstanding"));
+  o.verbs_kv_queue_pairs =
+      static_cast<uint32_t>(cfg.integer("transport.verbs_kv_queue_pairs"));
   o.slice_kib = static_cast<uint64_t>(cfg.integer("transport.slice_kib"));
   o.max_frame_mib =
       static_cast<uint64_t>(cfg.integer("transport.max_frame_mib"));

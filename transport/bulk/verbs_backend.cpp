@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 
+#include "config/errors.hpp"
 #include "transport/bulk/region_table.hpp"
 
 namespace dualpath::transport::bulk {
@@ -63,6 +64,11 @@ caf::expected<std::vector<batch>> split_batch(batch& b, uint32_t window) {
 
 /// One completion for a split batch, after its last part: the bytes of every
 /// part and the first error; delivered from whichever thread completes last.
+/// The KV lanes this thread became the poster of (posted at its next
+/// deliver(), outside the lock), and the lane whose thread this is.
+thread_local std::vector<void*> lanes_to_post;
+thread_local const void* own_lane = nullptr;
+
 struct split_completion {
   std::mutex mtx;
   size_t left = 0;
@@ -126,7 +132,37 @@ caf::error verbs_backend::start() {
   poll_wake_fd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (auto err = verbs::scall("eventfd", poll_wake_fd_.get()))
     return err;
+  for (uint32_t k = 1; k <= opts_.verbs_kv_queue_pairs; ++k) {
+    auto lane = std::make_unique<kv_lane>();
+    lane->owner = this;
+    lane->index = k;
+    auto lch = verbs::vptr("ibv_create_comp_channel",
+                           ibv_create_comp_channel(dev_.context()),
+                           "KV lane " + std::to_string(k));
+    if (!lch)
+      return lch.error();
+    lane->channel.reset(*lch);
+    auto lcq = verbs::vptr(
+        "ibv_create_cq",
+        ibv_create_cq(dev_.context(), initial, nullptr, lane->channel.get(), 0),
+        "KV lane " + std::to_string(k));
+    if (!lcq)
+      return lcq.error();
+    lane->cq.reset(*lcq);
+    lane->cq_capacity = lane->cq->cqe;
+    lane->wake_fd.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+    if (auto err = verbs::scall("eventfd", lane->wake_fd.get()))
+      return err;
+    kv_lanes_.push_back(std::move(lane));
+  }
   poller_ = std::thread{[this] { poll_loop(); }};
+  for (auto& lane : kv_lanes_) {
+    auto* l = lane.get();
+    l->thread = std::thread{[this, l] { lane_loop(*l); }};
+    auto name = "dp-verbs-kv" + std::to_string(l->index);
+    static_cast<void>(
+        ::pthread_setname_np(l->thread.native_handle(), name.c_str()));
+  }
   side_ = std::thread{[this] { side_loop(); }};
   connector_ = std::thread{[this] { connector_loop(); }};
   // Names for top -H, perf and the tests (at most 15 characters, which
@@ -174,6 +210,13 @@ verbs_backend::~verbs_backend() {
   wake_poller();
   if (poller_.joinable())
     poller_.join();
+  for (auto& lane : kv_lanes_) {
+    uint64_t one = 1;
+    static_cast<void>(::write(lane->wake_fd.get(), &one, sizeof(one)));
+    if (lane->thread.joinable())
+      lane->thread.join();
+    lane->chains.clear(); // the last references to torn-down queue pairs
+  }
   deliver(done);
   std::lock_guard<std::mutex> guard{mtx_};
   mrs_.clear();
@@ -224,26 +267,55 @@ void verbs_backend::post(batch b, completion_sink sink) {
     sum->tag = tag;
     sum->writes = writes;
     sum->sink = std::move(sink);
-    for (auto& part : *parts)
-      post(std::move(part), [sum](completion c) {
-        completion whole;
-        {
-          std::lock_guard<std::mutex> guard{sum->mtx};
-          sum->bytes += c.bytes;
-          if (c.error && !sum->error)
-            sum->error = std::move(c.error);
-          if (--sum->left > 0)
-            return;
-          whole.tag = sum->tag;
-          whole.bytes = sum->bytes;
-          whole.failed_ops = sum->error ? sum->writes : 0;
-          whole.error = std::move(sum->error);
-        }
-        if (sum->sink)
-          sum->sink(std::move(whole));
-      });
+    for (auto& part : *parts) {
+      uint32_t part_wrs = 0;
+      uint64_t part_bytes = 0;
+      for (auto& w : part.writes) {
+        part_wrs += wrs_of(w);
+        part_bytes += w.destination.length;
+      }
+      // Pinned to the class's first lane: the parts land in order, the
+      // immediate (with the last) after all of them.
+      enqueue(
+          std::move(part),
+          [sum](completion c) {
+            completion whole;
+            {
+              std::lock_guard<std::mutex> guard{sum->mtx};
+              sum->bytes += c.bytes;
+              if (c.error && !sum->error)
+                sum->error = std::move(c.error);
+              if (--sum->left > 0)
+                return;
+              whole.tag = sum->tag;
+              whole.bytes = sum->bytes;
+              whole.failed_ops = sum->error ? sum->writes : 0;
+              whole.error = std::move(sum->error);
+            }
+            if (sum->sink)
+              sum->sink(std::move(whole));
+          },
+          part_wrs, part_bytes, true);
+    }
     return;
   }
+  enqueue(std::move(b), std::move(sink), wrs, bytes, false);
+}
+
+void verbs_backend::enqueue(batch b, completion_sink sink, uint32_t wrs,
+                            uint64_t bytes, bool pinned) {
+  auto now_fail = [&](caf::error err) {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      ++stats_.batches_posted;
+      ++stats_.batches_failed;
+      if (err.code() == static_cast<uint8_t>(transport_errc::peer_lost))
+        ++stats_.peer_lost;
+    }
+    if (sink)
+      sink(completion{b.tag, 0, static_cast<uint32_t>(b.writes.size()),
+                      std::move(err)});
+  };
   done_list done;
   std::unique_lock<std::mutex> guard{mtx_};
   const auto& peer = b.writes.front().destination.node;
@@ -287,6 +359,7 @@ void verbs_backend::post(batch b, completion_sink sink) {
   pb.peer = peer;
   pb.wrs = wrs;
   pb.bytes = bytes;
+  pb.pinned = pinned;
   pb.sources = std::move(sources);
   pb.need_fetch = o.fetches + 1;
   for (auto s : pb.sources)
@@ -366,17 +439,47 @@ void verbs_backend::request_table(outgoing& o) {
   wake();
 }
 
+size_t verbs_backend::pick_lane(const outgoing& o, size_t c,
+                                const pending& pb) const {
+  auto fits = [&](size_t l) {
+    return o.outstanding[l] + pb.wrs <= opts_.verbs_max_outstanding;
+  };
+  if (c == static_cast<size_t>(traffic_class::control) || pb.pinned) {
+    size_t first = c == static_cast<size_t>(traffic_class::control) ? 0 : 1;
+    return first < o.lanes && fits(first) ? first : verbs::max_lanes;
+  }
+  // A lane's thread (a completion callback posting again) refills its own
+  // lane while it has room: that lane's protocol work stays on its core.
+  if (own_lane != nullptr) {
+    auto* mine = static_cast<const kv_lane*>(own_lane);
+    if (mine->owner == this && mine->index < o.lanes && fits(mine->index))
+      return mine->index;
+  }
+  // The fewest outstanding work requests; among equals the next in turn
+  // (a caller that posts itself often finds every lane empty again).
+  size_t best = verbs::max_lanes;
+  const size_t kv = o.lanes - 1;
+  for (size_t k = 0; k < kv; ++k) {
+    size_t l = 1 + (o.next_kv - 1 + k) % kv;
+    if (fits(l)
+        && (best == verbs::max_lanes || o.outstanding[l] < o.outstanding[best]))
+      best = l;
+  }
+  return best;
+}
+
 void verbs_backend::pump(outgoing& o, size_t c, done_list& done) {
-  auto& q = o.qps[c];
   while (!o.queued[c].empty() && o.state == link_state::connected) {
     auto& pb = batches_.at(o.queued[c].front());
-    if (o.outstanding[c] + pb.wrs > opts_.verbs_max_outstanding)
+    auto lane = pick_lane(o, c, pb);
+    if (lane == verbs::max_lanes)
       break;
     o.queued[c].pop_front();
-    std::vector<ibv_sge> sges;
-    std::vector<ibv_send_wr> wrs;
-    sges.reserve(pb.wrs);
-    wrs.reserve(pb.wrs);
+    staged st;
+    st.qp = o.qps[lane];
+    st.conn = o.conn;
+    st.sges.reserve(pb.wrs);
+    st.wrs.reserve(pb.wrs);
     for (size_t k = 0; k < pb.b.writes.size(); ++k) {
       auto& w = pb.b.writes[k];
       uint64_t off = 0;
@@ -387,64 +490,86 @@ void verbs_backend::pump(outgoing& o, size_t c, done_list& done) {
                    + w.source_offset + off;
         sge.length = static_cast<uint32_t>(n);
         sge.lkey = w.source->lkey;
-        sges.push_back(sge);
+        st.sges.push_back(sge);
         ibv_send_wr wr{};
         wr.wr_id = pb.id;
         wr.opcode = IBV_WR_RDMA_WRITE;
         wr.wr.rdma.remote_addr = pb.targets[k].first + off;
         wr.wr.rdma.rkey = pb.targets[k].second;
-        wrs.push_back(wr);
+        st.wrs.push_back(wr);
         off += n;
       } while (off < w.destination.length);
     }
-    for (size_t k = 0; k < wrs.size(); ++k) {
-      wrs[k].sg_list = &sges[k];
-      wrs[k].num_sge = sges[k].length > 0 ? 1 : 0;
-      wrs[k].next = k + 1 < wrs.size() ? &wrs[k + 1] : nullptr;
+    for (size_t k = 0; k < st.wrs.size(); ++k) {
+      st.wrs[k].sg_list = &st.sges[k];
+      st.wrs[k].num_sge = st.sges[k].length > 0 ? 1 : 0;
+      st.wrs[k].next = k + 1 < st.wrs.size() ? &st.wrs[k + 1] : nullptr;
     }
     // Selective signalling: at most the last work request is signalled (RC
-    // completes in order, so one completion retires everything before it).
-    // A KV batch signals when nothing signalled is on the wire ahead of it,
-    // every signal_every batches, or when half the send queue would be
-    // unsignalled; when a completion leaves unsignalled batches with no
-    // signal behind them, a zero-length fence write is signalled for them.
-    auto& last = wrs.back();
+    // completes in order, so one completion retires everything before it
+    // on the same queue pair). A KV batch signals when nothing signalled is
+    // on the wire ahead of it on its lane, every signal_every batches, or
+    // when half the send queue would be unsignalled; when a completion
+    // leaves unsignalled batches with no signal behind them, a zero-length
+    // fence write is signalled for them.
+    auto& last = st.wrs.back();
     bool signal =
-        c == static_cast<size_t>(traffic_class::control) || o.signaled[c] == 0
-        || o.quiet[c] + 1 >= signal_every
-        || 2 * (o.quiet_wrs[c] + pb.wrs) > opts_.verbs_max_outstanding;
+        c == static_cast<size_t>(traffic_class::control)
+        || o.signaled[lane] == 0 || o.quiet[lane] + 1 >= signal_every
+        || 2 * (o.quiet_wrs[lane] + pb.wrs) > opts_.verbs_max_outstanding;
     if (signal) {
       last.send_flags = IBV_SEND_SIGNALED;
-      ++o.signaled[c];
-      o.quiet[c] = o.quiet_wrs[c] = 0;
+      ++o.signaled[lane];
+      o.quiet[lane] = o.quiet_wrs[lane] = 0;
     } else {
-      ++o.quiet[c];
-      o.quiet_wrs[c] += pb.wrs;
+      ++o.quiet[lane];
+      o.quiet_wrs[lane] += pb.wrs;
     }
-    o.wire[c].push_back(pb.id);
-    o.last_target[c] = pb.targets.front();
+    o.wire[lane].push_back(pb.id);
+    o.last_target[lane] = pb.targets.front();
     if (pb.b.immediate) {
       last.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
       last.imm_data = htonl(*pb.b.immediate);
     }
-    ibv_send_wr* bad = nullptr;
-    auto err =
-        verbs::vcall("ibv_post_send", ibv_post_send(q.get(), wrs.data(), &bad),
-                     "to " + o.peer);
     pb.state = batch_state::posted;
     pb.conn = o.conn;
-    ++inflight_;
-    if (err) {
-      // Some of the chain may be on the queue pair already: only stopping
-      // the queue pair makes sure none of it still reads the source.
-      o.outstanding[c] += pb.wrs;
-      fail(pb, std::move(err), done);
-      return break_outgoing(o, transport_errc::peer_lost,
-                            "ibv_post_send to " + o.peer + " failed", done);
-    }
-    o.outstanding[c] += pb.wrs;
+    pb.lane = static_cast<uint8_t>(lane);
+    if (lane > 0)
+      o.next_kv = 1 + lane % (o.lanes - 1);
+    if (lane == 0)
+      ++inflight_;
+    else
+      ++kv_lanes_[lane - 1]->inflight;
+    o.outstanding[lane] += pb.wrs;
     stats_.bytes_sent[c] += pb.bytes;
+    lane_bytes_[lane] += pb.bytes;
+    submit(o, lane, std::move(st), done);
   }
+}
+
+void verbs_backend::submit(outgoing& o, size_t lane, staged st,
+                           done_list& done) {
+  if (lane > 0) {
+    auto& kl = *kv_lanes_[lane - 1];
+    std::lock_guard<std::mutex> guard{kl.mtx};
+    kl.chains.push_back(std::move(st));
+    if (!kl.posting && !kl.awake) {
+      kl.posting = true;
+      lanes_to_post.push_back(&kl);
+    }
+    return;
+  }
+  ibv_send_wr* bad = nullptr;
+  if (auto err = verbs::vcall("ibv_post_send",
+                              ibv_post_send(st.qp->get(), st.wrs.data(), &bad),
+                              "to " + o.peer))
+    // Some of the chain may be on the queue pair already: only stopping
+    // the queue pair makes sure none of it still reads the source. Every
+    // batch of the connection fails with it.
+    break_outgoing(o, transport_errc::peer_lost,
+                   "ibv_post_send to " + o.peer
+                       + " failed: " + config::message_of(err),
+                   done);
 }
 
 void verbs_backend::fail(pending& pb, transport_errc code, std::string why,
@@ -466,8 +591,12 @@ void verbs_backend::release(uint64_t id) {
   if (i == batches_.end())
     return;
   if (i->second.state == batch_state::posted
-      || i->second.state == batch_state::expired)
-    --inflight_;
+      || i->second.state == batch_state::expired) {
+    if (i->second.lane == 0)
+      --inflight_;
+    else
+      --kv_lanes_[i->second.lane - 1]->inflight;
+  }
   // Only a deregistration waiting for its region's last use is woken: a
   // notification per batch would wake every waiter on cv_ per completion.
   bool drained = false;
@@ -488,8 +617,9 @@ void verbs_backend::release(uint64_t id) {
 void verbs_backend::break_outgoing(outgoing& o, transport_errc code,
                                    const std::string& why, done_list& done) {
   if (o.state == link_state::connected) {
-    for (auto& q : o.qps)
-      q.to_error();
+    for (size_t l = 0; l < o.lanes; ++l)
+      if (o.qps[l])
+        o.qps[l]->to_error();
     side_command c;
     c.kind = side_command::close;
     c.conn = o.conn;
@@ -510,16 +640,20 @@ void verbs_backend::break_outgoing(outgoing& o, transport_errc code,
     fail(pb, code, why, done);
   }
   if (o.state == link_state::connected) {
+    // A KV lane's thread may still hold one to post a staged chain: that
+    // post meets a queue pair in ERR (flushed, nothing read) and the last
+    // reference destroys it.
     for (auto& q : o.qps)
-      q = verbs::queue_pair{};
-    cq_used_ -= 2 * static_cast<int>(opts_.verbs_max_outstanding + 1);
+      q.reset();
+    o.lanes = 0;
+    unreserve_outgoing();
   }
   for (auto& q : o.queued)
     q.clear();
   o.parked.clear();
-  for (size_t c = 0; c < traffic_class_count; ++c) {
-    o.outstanding[c] = o.signaled[c] = o.quiet[c] = o.quiet_wrs[c] = 0;
-    o.wire[c].clear();
+  for (size_t l = 0; l < verbs::max_lanes; ++l) {
+    o.outstanding[l] = o.signaled[l] = o.quiet[l] = o.quiet_wrs[l] = 0;
+    o.wire[l].clear();
   }
   o.table.clear();
   o.fetch_in_flight = false;
@@ -551,8 +685,9 @@ void verbs_backend::drop_incoming(uint64_t conn) {
   auto i = in_.find(conn);
   if (i == in_.end())
     return;
-  in_.erase(i); // destroys the queue pairs
-  cq_used_ -= 2 * static_cast<int>(recv_depth + 1);
+  cq_used_ -=
+      static_cast<int>(i->second.lanes) * static_cast<int>(recv_depth + 1);
+  in_.erase(i);   // destroys the queue pairs
   side_command c; // the sender learns it from its side channel's end
   c.kind = side_command::close;
   c.conn = conn;
@@ -582,6 +717,50 @@ caf::error verbs_backend::grow_cq(int entries) {
   return caf::none;
 }
 
+caf::error verbs_backend::reserve_outgoing() {
+  const int sends = static_cast<int>(opts_.verbs_max_outstanding + 1);
+  if (auto err = grow_cq(sends + static_cast<int>(kv_lanes_.size())))
+    return err;
+  size_t k = 0;
+  caf::error err;
+  for (; k < kv_lanes_.size() && !err; ++k) {
+    auto& l = *kv_lanes_[k];
+    int need = l.cq_used + sends;
+    if (need > dev_.max_cqe()) {
+      err = caf::make_error(
+          transport_errc::queue_full,
+          "KV lane " + std::to_string(l.index) + "'s completion queue would "
+              + "need " + std::to_string(need) + " entries, " + dev_.name()
+              + " allows " + std::to_string(dev_.max_cqe())
+              + " (lower transport.max_outstanding or the number of peers)");
+      break;
+    }
+    if (need > l.cq_capacity) {
+      int want = std::min(dev_.max_cqe(),
+                          std::max(need + need / 4, 2 * l.cq_capacity));
+      std::lock_guard<std::mutex> guard{l.cq_mtx};
+      if ((err = verbs::vcall("ibv_resize_cq", ibv_resize_cq(l.cq.get(), want),
+                              std::to_string(want) + " entries")))
+        break;
+      l.cq_capacity = l.cq->cqe;
+    }
+    l.cq_used = need;
+  }
+  if (err) {
+    for (size_t j = 0; j < k; ++j)
+      kv_lanes_[j]->cq_used -= sends;
+    cq_used_ -= sends + static_cast<int>(kv_lanes_.size());
+  }
+  return err;
+}
+
+void verbs_backend::unreserve_outgoing() {
+  const int sends = static_cast<int>(opts_.verbs_max_outstanding + 1);
+  cq_used_ -= sends + static_cast<int>(kv_lanes_.size());
+  for (auto& l : kv_lanes_)
+    l->cq_used -= sends;
+}
+
 verbs_backend::outgoing* verbs_backend::find_conn(uint64_t conn) {
   for (auto& [name, o] : out_)
     if (o.conn == conn && o.state == link_state::connected)
@@ -589,7 +768,67 @@ verbs_backend::outgoing* verbs_backend::find_conn(uint64_t conn) {
   return nullptr;
 }
 
+void verbs_backend::set_own_lane(const kv_lane* lane) {
+  own_lane = lane;
+}
+
+void verbs_backend::post_lanes() {
+  // This thread's lanes of this backend (another backend's stay for its
+  // own deliver(), which follows the submit() that put them here).
+  std::vector<kv_lane*> mine;
+  for (auto i = lanes_to_post.begin(); i != lanes_to_post.end();) {
+    auto* l = static_cast<kv_lane*>(*i);
+    if (l->owner == this) {
+      mine.push_back(l);
+      i = lanes_to_post.erase(i);
+    } else {
+      ++i;
+    }
+  }
+  for (auto* l : mine)
+    post_lane(*l);
+}
+
+void verbs_backend::post_lane(kv_lane& l) {
+  for (;;) {
+    std::deque<staged> work;
+    {
+      std::lock_guard<std::mutex> guard{l.mtx};
+      if (l.chains.empty()) {
+        l.posting = false;
+        return;
+      }
+      work.swap(l.chains);
+    }
+    std::vector<std::pair<uint64_t, caf::error>> failed;
+    for (auto& st : work) {
+      ibv_send_wr* bad = nullptr;
+      if (auto err = verbs::vcall(
+              "ibv_post_send", ibv_post_send(st.qp->get(), st.wrs.data(), &bad),
+              "KV lane " + std::to_string(l.index)))
+        failed.emplace_back(st.conn, std::move(err));
+    }
+    work.clear(); // a torn-down connection's queue pair may end here
+    if (failed.empty())
+      continue;
+    done_list done;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      for (auto& [conn, err] : failed)
+        if (auto* o = find_conn(conn))
+          // Part of a chain may be on the queue pair: stop it (all of the
+          // connection's batches fail with it).
+          break_outgoing(*o, transport_errc::peer_lost,
+                         "ibv_post_send to " + o->peer
+                             + " failed: " + config::message_of(err),
+                         done);
+    }
+    deliver(done);
+  }
+}
+
 void verbs_backend::deliver(done_list& done) {
+  post_lanes();
   for (auto& [sink, res] : done) {
     {
       std::lock_guard<std::mutex> guard{mtx_};
@@ -611,6 +850,11 @@ void verbs_backend::deliver(done_list& done) {
 void verbs_backend::on_immediate(immediate_handler f) {
   std::lock_guard<std::mutex> guard{handler_mtx_};
   handler_ = std::move(f);
+}
+
+std::vector<uint64_t> verbs_backend::kv_lane_bytes() const {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return {lane_bytes_ + 1, lane_bytes_ + 1 + kv_lanes_.size()};
 }
 
 counters verbs_backend::stats() const {

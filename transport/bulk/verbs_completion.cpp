@@ -21,9 +21,11 @@ namespace dualpath::transport::bulk {
 namespace {
 
 constexpr uint64_t recv_bit = uint64_t{1} << 63;
-// Fences: fence_bit | class << 61 | the connection's id.
+// Fences: fence_bit | lane << lane_shift | the connection's id (ids stay
+// far below 2^56).
 constexpr uint64_t fence_bit = uint64_t{1} << 62;
-constexpr uint64_t class_bit = uint64_t{1} << 61;
+constexpr int lane_shift = 56;
+constexpr uint64_t conn_mask = (uint64_t{1} << lane_shift) - 1;
 constexpr int poll_batch = 64;
 /// A spinning poller looks at its clock, channel and deadlines this often.
 constexpr uint64_t check_every = 64;
@@ -178,6 +180,113 @@ void verbs_backend::poll_loop() {
   }
 }
 
+void verbs_backend::lane_loop(kv_lane& lane) {
+  {
+    int fd = lane.channel->fd;
+    int flags = ::fcntl(fd, F_GETFL);
+    if (!verbs::scall("fcntl(F_GETFL)", flags))
+      static_cast<void>(verbs::scall("fcntl(F_SETFL)",
+                                     ::fcntl(fd, F_SETFL, flags | O_NONBLOCK)));
+  }
+  set_own_lane(&lane);
+  // The lane's thread posts what is queued on its lane while it is awake
+  // (a thread queueing onto it while it sleeps posts itself, so a lone
+  // batch is not handed over) and handles its CQ's completions (under the
+  // lock, as the poller does); their callbacks may post again, which
+  // refills this lane first. It spins as the poller does while work is on
+  // the wire and completions keep coming, else sleeps on its completion
+  // channel. Deadlines and device events stay with the poller.
+  bool armed = false;
+  auto last_completion = clock_type::now();
+  for (uint64_t round = 1; !stop_; ++round) {
+    bool post = false;
+    {
+      std::lock_guard<std::mutex> guard{lane.mtx};
+      if (!lane.posting && !lane.chains.empty())
+        post = lane.posting = true;
+    }
+    if (post)
+      post_lane(lane);
+    done_list done;
+    std::vector<incoming_immediate> imms; // (none: lanes only send)
+    int got = 0;
+    for (;;) {
+      ibv_wc wcs[poll_batch];
+      int n = 0;
+      {
+        std::lock_guard<std::mutex> guard{lane.cq_mtx};
+        n = ibv_poll_cq(lane.cq.get(), poll_batch, wcs);
+      }
+      if (n < 0) {
+        auto err = verbs::vcall("ibv_poll_cq", n,
+                                "KV lane " + std::to_string(lane.index));
+        std::lock_guard<std::mutex> guard{mtx_};
+        for (auto& [name, o] : out_)
+          break_outgoing(o, transport_errc::peer_lost, config::message_of(err),
+                         done);
+        break;
+      }
+      if (n == 0)
+        break;
+      got += n;
+      std::lock_guard<std::mutex> guard{mtx_};
+      for (int i = 0; i < n; ++i)
+        on_completion(wcs[i], done, imms);
+      if (n < poll_batch)
+        break;
+    }
+    deliver(done);
+    if (got > 0) {
+      last_completion = clock_type::now();
+      continue;
+    }
+    // Nothing completed: spin while work is on the wire and completions
+    // came recently, looking at the clock only every check_every rounds;
+    // otherwise arm the CQ, poll it once more, and sleep.
+    if (round % check_every != 0)
+      continue;
+    if (lane.inflight.load() > 0
+        && clock_type::now() - last_completion < spin_window) {
+      std::this_thread::yield();
+      continue;
+    }
+    if (!armed) {
+      static_cast<void>(verbs::vcall("ibv_req_notify_cq",
+                                     ibv_req_notify_cq(lane.cq.get(), 0)));
+      armed = true;
+      round = 0; // poll once more, then come back here
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> guard{lane.mtx};
+      if (!lane.chains.empty())
+        continue; // queued while this thread was awake: post it first
+      lane.awake = false;
+    }
+    pollfd fds[2] = {{lane.channel->fd, POLLIN, 0},
+                     {lane.wake_fd.get(), POLLIN, 0}};
+    int n = ::poll(fds, 2, static_cast<int>(max_sleep.count()));
+    {
+      std::lock_guard<std::mutex> guard{lane.mtx};
+      lane.awake = true;
+    }
+    if (n > 0 && (fds[1].revents & POLLIN)) {
+      uint64_t x = 0;
+      static_cast<void>(::read(lane.wake_fd.get(), &x, sizeof(x)));
+    }
+    if (n > 0 && (fds[0].revents & POLLIN)) {
+      ibv_cq* ev_cq = nullptr;
+      void* ev_ctx = nullptr;
+      if (ibv_get_cq_event(lane.channel.get(), &ev_cq, &ev_ctx) == 0) {
+        ibv_ack_cq_events(ev_cq, 1);
+        armed = false;
+      }
+    }
+    round = check_every - 1; // straight back to the check after a wake
+  }
+  set_own_lane(nullptr);
+}
+
 void verbs_backend::on_completion(const ibv_wc& wc, done_list& done,
                                   std::vector<incoming_immediate>& imms) {
   if (wc.wr_id & recv_bit) {
@@ -206,17 +315,18 @@ void verbs_backend::on_completion(const ibv_wc& wc, done_list& done,
     return;
   }
   if (wc.wr_id & fence_bit) {
-    auto c = (wc.wr_id & class_bit) ? size_t{1} : size_t{0};
-    auto* o = find_conn(wc.wr_id & (class_bit - 1));
-    if (o == nullptr)
+    auto lane = static_cast<size_t>((wc.wr_id >> lane_shift) & 0x3f);
+    auto* o = find_conn(wc.wr_id & conn_mask);
+    if (o == nullptr || lane >= o->lanes)
       return;
+    auto c = static_cast<size_t>(verbs::class_of_lane(lane));
     if (wc.status != IBV_WC_SUCCESS)
       return break_outgoing(*o, transport_errc::peer_lost,
                             std::string{"connection to "} + o->peer + " broke ("
                                 + ibv_wc_status_str(wc.status) + ")",
                             done);
-    o->outstanding[c] -= std::min<uint32_t>(o->outstanding[c], 1);
-    retire(*o, c, 0, done);
+    o->outstanding[lane] -= std::min<uint32_t>(o->outstanding[lane], 1);
+    retire(*o, lane, 0, done);
     return pump(*o, c, done);
   }
   auto b = batches_.find(wc.wr_id);
@@ -230,7 +340,7 @@ void verbs_backend::on_completion(const ibv_wc& wc, done_list& done,
     o = &k->second;
   if (wc.status == IBV_WC_SUCCESS) {
     if (o != nullptr) {
-      retire(*o, c, pb.id, done);
+      retire(*o, pb.lane, pb.id, done);
     } else {
       if (pb.state != batch_state::expired)
         done.emplace_back(std::move(pb.sink),
@@ -257,9 +367,9 @@ void verbs_backend::on_completion(const ibv_wc& wc, done_list& done,
     pump(*o, c, done);
 }
 
-void verbs_backend::retire(outgoing& o, size_t c, uint64_t upto,
+void verbs_backend::retire(outgoing& o, size_t lane, uint64_t upto,
                            done_list& done) {
-  auto& wire = o.wire[c];
+  auto& wire = o.wire[lane];
   while (!wire.empty()) {
     auto id = wire.front();
     wire.pop_front();
@@ -267,7 +377,7 @@ void verbs_backend::retire(outgoing& o, size_t c, uint64_t upto,
       auto b = batches_.find(id);
       if (b != batches_.end()) {
         auto& pb = b->second;
-        o.outstanding[c] -= std::min(o.outstanding[c], pb.wrs);
+        o.outstanding[lane] -= std::min(o.outstanding[lane], pb.wrs);
         if (pb.state != batch_state::expired)
           done.emplace_back(std::move(pb.sink),
                             completion{pb.b.tag, pb.bytes, 0, caf::none});
@@ -277,29 +387,29 @@ void verbs_backend::retire(outgoing& o, size_t c, uint64_t upto,
     if (id == upto)
       break;
   }
-  if (o.signaled[c] > 0)
-    --o.signaled[c];
-  if (!wire.empty() && o.signaled[c] == 0)
-    post_fence(o, c, done);
+  if (o.signaled[lane] > 0)
+    --o.signaled[lane];
+  if (!wire.empty() && o.signaled[lane] == 0)
+    post_fence(o, lane, done);
 }
 
-void verbs_backend::post_fence(outgoing& o, size_t c, done_list& done) {
-  ibv_send_wr wr{};
-  ibv_send_wr* bad = nullptr;
-  wr.wr_id = fence_bit | (c != 0 ? class_bit : 0) | o.conn;
+void verbs_backend::post_fence(outgoing& o, size_t lane, done_list& done) {
+  staged st;
+  st.qp = o.qps[lane];
+  st.conn = o.conn;
+  st.wrs.resize(1);
+  auto& wr = st.wrs.front();
+  wr.wr_id = fence_bit | (static_cast<uint64_t>(lane) << lane_shift) | o.conn;
   wr.opcode = IBV_WR_RDMA_WRITE;
   wr.num_sge = 0; // zero bytes at a place this connection wrote to already
-  wr.wr.rdma.remote_addr = o.last_target[c].first;
-  wr.wr.rdma.rkey = o.last_target[c].second;
+  wr.wr.rdma.remote_addr = o.last_target[lane].first;
+  wr.wr.rdma.rkey = o.last_target[lane].second;
   wr.send_flags = IBV_SEND_SIGNALED;
-  if (auto err = verbs::vcall("ibv_post_send(fence)",
-                              ibv_post_send(o.qps[c].get(), &wr, &bad)))
-    return break_outgoing(o, transport_errc::peer_lost, config::message_of(err),
-                          done);
-  ++o.outstanding[c];
-  ++o.signaled[c];
-  o.quiet[c] = o.quiet_wrs[c] = 0;
-  o.wire[c].push_back(0);
+  ++o.outstanding[lane];
+  ++o.signaled[lane];
+  o.quiet[lane] = o.quiet_wrs[lane] = 0;
+  o.wire[lane].push_back(0);
+  submit(o, lane, std::move(st), done);
 }
 
 void verbs_backend::check_deadlines(done_list& done) {
@@ -375,7 +485,7 @@ void verbs_backend::on_async_event(const ibv_async_event& ev, done_list& done) {
     case IBV_EVENT_PATH_MIG_ERR: {
       for (auto& [name, o] : out_)
         for (auto& q : o.qps)
-          if (q && q.get() == ev.element.qp) {
+          if (q && q->get() == ev.element.qp) {
             break_outgoing(o, transport_errc::peer_lost, what, done);
             break;
           }

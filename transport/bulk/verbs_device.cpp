@@ -115,6 +115,10 @@ caf::expected<path_settings> validate_path(const options& opts) {
     return err;
   if (auto err = sl(opts.verbs_sl_kv, "transport.verbs_sl_kv"))
     return err;
+  if (opts.verbs_kv_queue_pairs < 1 || opts.verbs_kv_queue_pairs > max_kv_lanes)
+    return bad_key("transport.verbs_kv_queue_pairs must be 1.."
+                   + std::to_string(max_kv_lanes) + ", not "
+                   + std::to_string(opts.verbs_kv_queue_pairs));
   if (opts.verbs_hop_limit < 1 || opts.verbs_hop_limit > 255)
     return bad_key("transport.verbs_hop_limit must be 1..255, not "
                    + std::to_string(opts.verbs_hop_limit));

@@ -25,6 +25,11 @@
 
 namespace dualpath::transport::bulk::verbs {
 
+/// KV lanes per connection at most (transport.verbs_kv_queue_pairs).
+constexpr size_t max_kv_lanes = 8;
+/// Queue pairs per connection at most: the control lane and the KV lanes.
+constexpr size_t max_lanes = 1 + max_kv_lanes;
+
 /// What a peer needs to address this port.
 struct port_address {
   uint16_t lid = 0;

@@ -201,34 +201,40 @@ caf::expected<verbs_backend::client_result> verbs_backend::client_handshake(
     return refused(transport_errc::peer_lost,
                    peer + " restarted (connect again with its new details)");
   client_result out;
+  out.lanes = 1 + kv_lanes_.size();
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    if (auto err =
-            grow_cq(2 * static_cast<int>(opts_.verbs_max_outstanding + 1)))
+    if (auto err = reserve_outgoing())
       return err;
-    for (auto& q : out.qps) {
-      auto made = verbs::queue_pair::make(dev_, cq_.get(),
+    // Lane 0 completes on the main CQ, KV lane k on its lane's CQ; every
+    // receive queue (never used by a sender) on the main one.
+    for (size_t l = 0; l < out.lanes; ++l) {
+      auto* send_cq = l == 0 ? cq_.get() : kv_lanes_[l - 1]->cq.get();
+      auto made = verbs::queue_pair::make(dev_, send_cq, cq_.get(),
                                           opts_.verbs_max_outstanding, 1);
       if (!made) {
-        cq_used_ -= 2 * static_cast<int>(opts_.verbs_max_outstanding + 1);
+        for (auto& q : out.qps)
+          q.reset();
+        unreserve_outgoing();
         return made.error();
       }
-      q = std::move(*made);
+      out.qps[l] = std::make_shared<verbs::queue_pair>(std::move(*made));
     }
   }
-  // From here on the queue pairs count against the CQ until installed.
+  // From here on the queue pairs count against the CQs until installed.
   auto give_back = [&](caf::error err) -> caf::expected<client_result> {
     std::lock_guard<std::mutex> guard{mtx_};
     for (auto& q : out.qps)
-      q = verbs::queue_pair{};
-    cq_used_ -= 2 * static_cast<int>(opts_.verbs_max_outstanding + 1);
+      q.reset();
+    unreserve_outgoing();
     return err;
   };
   verbs::qp_endpoint mine;
   mine.address = dev_.address();
-  for (size_t c = 0; c < traffic_class_count; ++c) {
-    mine.qpn[c] = out.qps[c].num();
-    mine.psn[c] = out.qps[c].psn();
+  mine.lanes = static_cast<uint8_t>(out.lanes);
+  for (size_t l = 0; l < out.lanes; ++l) {
+    mine.qpn[l] = out.qps[l]->num();
+    mine.psn[l] = out.qps[l]->psn();
   }
   uint8_t nonce_c[32];
   random_nonce(nonce_c);
@@ -270,11 +276,15 @@ caf::expected<verbs_backend::client_result> verbs_backend::client_handshake(
   if (!r2.done())
     return give_back(
         refused(transport_errc::bad_frame, where + ": malformed welcome"));
-  for (size_t c = 0; c < traffic_class_count; ++c) {
-    if (auto err =
-            out.qps[c].to_rtr(dev_, theirs, static_cast<traffic_class>(c)))
+  if (theirs.lanes != out.lanes)
+    return give_back(refused(
+        transport_errc::bad_frame,
+        where + " answered with " + std::to_string(theirs.lanes)
+            + " queue pairs for " + std::to_string(out.lanes) + " lanes"));
+  for (size_t l = 0; l < out.lanes; ++l) {
+    if (auto err = out.qps[l]->to_rtr(dev_, theirs, l))
       return give_back(std::move(err));
-    if (auto err = out.qps[c].to_rts())
+    if (auto err = out.qps[l]->to_rts())
       return give_back(std::move(err));
   }
   out.ch = std::move(*ch);
@@ -290,8 +300,8 @@ void verbs_backend::finish_attempt(const std::string& peer, uint64_t attempt,
   if (!wanted || !res) {
     if (res) { // nobody waits for it any more
       for (auto& q : res->qps)
-        q = verbs::queue_pair{};
-      cq_used_ -= 2 * static_cast<int>(opts_.verbs_max_outstanding + 1);
+        q.reset();
+      unreserve_outgoing();
     }
     if (!wanted)
       return;
@@ -317,8 +327,9 @@ void verbs_backend::finish_attempt(const std::string& peer, uint64_t attempt,
   o.state = link_state::connected;
   o.conn = next_conn_++;
   o.last_error = caf::none;
-  for (size_t c = 0; c < traffic_class_count; ++c)
-    o.qps[c] = std::move(res->qps[c]);
+  o.lanes = res->lanes;
+  for (size_t l = 0; l < res->lanes; ++l)
+    o.qps[l] = std::move(res->qps[l]);
   o.table.clear();
   for (auto& e : res->table)
     o.table[e.id] = e;
@@ -399,28 +410,34 @@ verbs_backend::serve_handshake(half_open h, caf::expected<verbs::frame> f) {
   uint64_t conn = 0;
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    const int entries = 2 * static_cast<int>(recv_depth + 1);
+    // As many queue pairs as the sender has lanes (the wire reader bounds
+    // the count to max_lanes), each with its receive queue for immediates.
+    const int entries =
+        static_cast<int>(theirs.lanes) * static_cast<int>(recv_depth + 1);
     if (auto err = grow_cq(entries))
       return say_no(config::message_of(err));
     incoming in;
     in.peer = node_c;
+    in.lanes = theirs.lanes;
+    mine.lanes = theirs.lanes;
     conn = next_conn_++;
     caf::error err;
-    for (size_t c = 0; c < traffic_class_count && !err; ++c) {
-      auto made = verbs::queue_pair::make(dev_, cq_.get(), 1, recv_depth);
+    for (size_t l = 0; l < in.lanes && !err; ++l) {
+      auto made =
+          verbs::queue_pair::make(dev_, cq_.get(), cq_.get(), 1, recv_depth);
       if (!made) {
         err = made.error();
         break;
       }
-      in.qps[c] = std::move(*made);
+      in.qps[l] = std::move(*made);
       for (uint32_t k = 0; k < recv_depth && !err; ++k)
-        err = post_recv(in.qps[c].get(), conn);
+        err = post_recv(in.qps[l].get(), conn);
       if (!err)
-        err = in.qps[c].to_rtr(dev_, theirs, static_cast<traffic_class>(c));
+        err = in.qps[l].to_rtr(dev_, theirs, l);
       if (!err)
-        err = in.qps[c].to_rts();
-      mine.qpn[c] = in.qps[c].num();
-      mine.psn[c] = in.qps[c].psn();
+        err = in.qps[l].to_rts();
+      mine.qpn[l] = in.qps[l].num();
+      mine.psn[l] = in.qps[l].psn();
     }
     if (err) {
       cq_used_ -= entries;

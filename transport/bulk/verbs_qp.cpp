@@ -27,12 +27,12 @@ std::string to_string(qp_state x) {
   return config::name_of(x, qp_state_names, "qp_state");
 }
 
-caf::expected<queue_pair> queue_pair::make(const device& dev, ibv_cq* cq,
-                                           uint32_t send_depth,
+caf::expected<queue_pair> queue_pair::make(const device& dev, ibv_cq* send_cq,
+                                           ibv_cq* recv_cq, uint32_t send_depth,
                                            uint32_t recv_depth) {
   ibv_qp_init_attr init{};
-  init.send_cq = cq;
-  init.recv_cq = cq;
+  init.send_cq = send_cq;
+  init.recv_cq = recv_cq;
   init.qp_type = IBV_QPT_RC;
   init.sq_sig_all = 0; // selective signalling: the backend flags what it needs
   init.cap.max_send_wr = std::max<uint32_t>(send_depth, 1);
@@ -69,17 +69,21 @@ caf::error queue_pair::expect(qp_state want, const char* step) const {
 }
 
 caf::error queue_pair::to_rtr(const device& dev, const qp_endpoint& remote,
-                              traffic_class tc) {
+                              size_t lane) {
   if (auto err = expect(qp_state::init, "RTR"))
     return err;
-  auto c = static_cast<size_t>(tc);
+  if (lane >= remote.lanes)
+    return caf::make_error(transport_errc::system_error,
+                           "the peer has no queue pair for lane "
+                               + std::to_string(lane));
+  auto c = static_cast<size_t>(class_of_lane(lane));
   const auto& path = dev.path();
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = static_cast<ibv_mtu>(
       std::min<int>(dev.address().mtu, remote.address.mtu));
-  attr.dest_qp_num = remote.qpn[c];
-  attr.rq_psn = remote.psn[c];
+  attr.dest_qp_num = remote.qpn[lane];
+  attr.rq_psn = remote.psn[lane];
   attr.max_dest_rd_atomic = 1;
   attr.min_rnr_timer = min_rnr_timer;
   attr.ah_attr.sl = path.service_level[c];
@@ -112,7 +116,7 @@ caf::error queue_pair::to_rtr(const device& dev, const qp_endpoint& remote,
                                          | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN
                                          | IBV_QP_MAX_DEST_RD_ATOMIC
                                          | IBV_QP_MIN_RNR_TIMER),
-                       "to remote qpn " + std::to_string(remote.qpn[c])))
+                       "to remote qpn " + std::to_string(remote.qpn[lane])))
     return err;
   state_ = qp_state::rtr;
   return caf::none;

@@ -5,9 +5,13 @@
 // outstanding work request is flushed. A transition from the wrong state is
 // refused, so a queue pair is never half set up.
 //
+// Lanes: a connection has one queue pair per lane; lane 0 carries control
+// traffic, lanes 1.. (transport.verbs_kv_queue_pairs of them) KV traffic.
+//
 // Ownership: move-only; destroying it destroys the ibv_qp (after which the
 // HCA touches none of its buffers again).
-// Thread safety: none; the backend serialises access under its lock.
+// Thread safety: none; the backend serialises state changes under its lock
+// (ibv_post_send on get() is thread safe, as libibverbs' calls are).
 #pragma once
 
 #include <cstdint>
@@ -23,28 +27,36 @@ enum class qp_state : uint8_t { reset, init, rtr, rts, error };
 
 std::string to_string(qp_state x);
 
+/// The traffic class a lane carries: lane 0 control, the others KV.
+constexpr traffic_class class_of_lane(size_t lane) {
+  return lane == 0 ? traffic_class::control : traffic_class::kv;
+}
+
 /// What one side of a connection tells the other: its port's address and,
-/// per traffic class, the queue pair number and initial packet sequence.
+/// per lane, the queue pair number and initial packet sequence.
 struct qp_endpoint {
   port_address address;
-  uint32_t qpn[traffic_class_count] = {};
-  uint32_t psn[traffic_class_count] = {};
+  uint8_t lanes = 0; ///< 2..max_lanes
+  uint32_t qpn[max_lanes] = {};
+  uint32_t psn[max_lanes] = {};
 };
 
 class queue_pair {
 public:
-  /// Creates an RC queue pair on `dev` with both queues on `cq`, and moves
-  /// it to INIT. `send_depth`/`recv_depth` bound the work requests.
-  static caf::expected<queue_pair>
-  make(const device& dev, ibv_cq* cq, uint32_t send_depth, uint32_t recv_depth);
+  /// Creates an RC queue pair on `dev` (send completions on `send_cq`,
+  /// receive completions on `recv_cq`) and moves it to INIT.
+  /// `send_depth`/`recv_depth` bound the work requests.
+  static caf::expected<queue_pair> make(const device& dev, ibv_cq* send_cq,
+                                        ibv_cq* recv_cq, uint32_t send_depth,
+                                        uint32_t recv_depth);
 
   queue_pair() = default;
   queue_pair(queue_pair&&) = default;
   queue_pair& operator=(queue_pair&&) = default;
 
-  /// INIT -> RTR towards `remote`'s queue pair of class `tc`.
-  caf::error to_rtr(const device& dev, const qp_endpoint& remote,
-                    traffic_class tc);
+  /// INIT -> RTR towards `remote`'s queue pair of lane `lane` (with the
+  /// path settings of that lane's traffic class).
+  caf::error to_rtr(const device& dev, const qp_endpoint& remote, size_t lane);
   /// RTR -> RTS.
   caf::error to_rts();
   /// Any state -> ERR (flushes outstanding work requests); idempotent.

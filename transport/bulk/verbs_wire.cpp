@@ -72,9 +72,10 @@ void wire_writer::endpoint(const qp_endpoint& e) {
   u8(e.address.mtu);
   u8(e.address.global ? 1 : 0);
   raw(e.address.gid, 16);
-  for (size_t c = 0; c < traffic_class_count; ++c) {
-    u32(e.qpn[c]);
-    u32(e.psn[c]);
+  u8(e.lanes);
+  for (size_t l = 0; l < e.lanes && l < max_lanes; ++l) {
+    u32(e.qpn[l]);
+    u32(e.psn[l]);
   }
 }
 
@@ -147,9 +148,17 @@ qp_endpoint wire_reader::endpoint() {
   e.address.mtu = u8();
   e.address.global = u8() != 0;
   raw(e.address.gid, 16);
-  for (size_t c = 0; c < traffic_class_count; ++c) {
-    e.qpn[c] = u32();
-    e.psn[c] = u32();
+  e.lanes = u8();
+  // A control lane and 1..max_kv_lanes KV lanes; anything else is refused
+  // before a queue pair is made for it.
+  if (e.lanes < 2 || e.lanes > max_lanes) {
+    failed_ = true;
+    e.lanes = 0;
+    return e;
+  }
+  for (size_t l = 0; l < e.lanes; ++l) {
+    e.qpn[l] = u32();
+    e.psn[l] = u32();
   }
   if (e.address.mtu < IBV_MTU_256 || e.address.mtu > IBV_MTU_4096)
     failed_ = true;

@@ -9,6 +9,9 @@
 //   client -> server  hello {nonce_c, node_c, incarnation_c, qp_endpoint_c,
 //                            mac}  mac = HMAC(secret, "c" nonce_s body)
 //   server -> client  welcome {qp_endpoint_s, region table, mac}
+//   (qp_endpoint: LID, MTU, GRH flag, GID, lane count 2..max_lanes, then
+//   QPN and PSN per lane; the client chooses the count, the server makes as
+//   many queue pairs and answers with the same count)
 //                            mac = HMAC(secret, "s" nonce_c body), sent
 //                            after the server's queue pairs reached RTR
 //                     or refused {reason}
@@ -32,7 +35,8 @@
 
 namespace dualpath::transport::bulk::verbs {
 
-constexpr uint16_t wire_version = 1;
+/// 2: a lane count and one queue pair per lane (was: one per class).
+constexpr uint16_t wire_version = 2;
 constexpr uint32_t max_frame_bytes = 4u << 20;
 constexpr uint32_t max_regions = 65536;
 

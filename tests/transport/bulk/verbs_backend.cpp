@@ -36,6 +36,7 @@
 #include "tests/support/thread_sched.hpp"
 #include "tests/transport/bulk/post_wait.hpp"
 #include "transport/bulk/backend.hpp"
+#include "transport/bulk/verbs_backend.hpp"
 
 using namespace dualpath::transport;
 using namespace dualpath::transport::bulk;
@@ -78,7 +79,10 @@ std::unique_ptr<backend> open_or_skip(options o) {
 // -- the receiving peer (a child process) -------------------------------------
 
 /// Runs in the child: one region of $SIZE bytes; answers commands on stdin
-/// (CHECK off len seed, ZERO off len, COUNT, QUIT) on stdout.
+/// (CHECK off len seed, ZERO off len, COUNT, QUIT) on stdout. With
+/// $DUALPATH_VERBS_PEER_VERIFY = c, each immediate v > 0 is checked as it
+/// arrives: the c bytes at (v-1)*c must already be the pattern with seed v
+/// (COUNT's third number counts those that were not).
 int peer_main() {
   auto o = verbs_options(env_or("DUALPATH_VERBS_PEER_NAME", "peer"),
                          env_or("DUALPATH_VERBS_PEER_DEVICE", ""));
@@ -98,7 +102,19 @@ int peer_main() {
   }
   std::atomic<uint64_t> imms{0};
   std::atomic<uint32_t> last{0};
+  std::atomic<uint64_t> early{0};
+  const uint64_t verify =
+      std::stoull(env_or("DUALPATH_VERBS_PEER_VERIFY", "0"));
   (*b)->on_immediate([&](const incoming_immediate& x) {
+    if (verify > 0 && x.value > 0) {
+      uint64_t off = (x.value - 1) * verify;
+      for (uint64_t i = 0; i < verify; ++i)
+        if (off + i >= buf.size()
+            || buf[off + i] != pattern(off + i, x.value)) {
+          ++early;
+          break;
+        }
+    }
     last = x.value;
     ++imms;
   });
@@ -127,7 +143,8 @@ int peer_main() {
                               [](uint8_t v) { return v == 0; });
       std::cout << (zero ? "OK" : "BAD") << std::endl;
     } else if (cmd == "COUNT") {
-      std::cout << "COUNT " << imms.load() << " " << last.load() << std::endl;
+      std::cout << "COUNT " << imms.load() << " " << last.load() << " "
+                << early.load() << std::endl;
     } else {
       break;
     }
@@ -145,7 +162,9 @@ const bool peer_mode = [] {
 /// The parent's handle on a peer process.
 class peer_process {
 public:
-  peer_process(uint64_t size, const std::string& name = "peer") : name_(name) {
+  peer_process(uint64_t size, const std::string& name = "peer",
+               uint64_t verify = 0)
+      : name_(name) {
     int in[2], out[2];
     REQUIRE(::pipe(in) == 0);
     REQUIRE(::pipe(out) == 0);
@@ -159,6 +178,7 @@ public:
       ::setenv("DUALPATH_VERBS_PEER", "1", 1);
       ::setenv("DUALPATH_VERBS_PEER_NAME", name.c_str(), 1);
       ::setenv("DUALPATH_VERBS_PEER_SIZE", std::to_string(size).c_str(), 1);
+      ::setenv("DUALPATH_VERBS_PEER_VERIFY", std::to_string(verify).c_str(), 1);
       ::execl("/proc/self/exe", "verbs-peer", nullptr);
       ::_exit(127);
     }
@@ -235,6 +255,16 @@ public:
     uint32_t v = 0;
     is >> word >> n >> v;
     return {n, v};
+  }
+
+  /// Immediates that arrived before the bytes they announce (verify mode).
+  uint64_t early_immediates() {
+    std::istringstream is{ask("COUNT")};
+    std::string word;
+    uint64_t n = 0, early = 0;
+    uint32_t v = 0;
+    is >> word >> n >> v >> early;
+    return early;
   }
 
   remote_region region;
@@ -347,6 +377,15 @@ TEST_CASE("verbs settings out of range are refused naming the key") {
   CHECK(dualpath::config::message_of(b.error()).find(
             "transport.verbs_traffic_class_kv")
         != std::string::npos);
+  for (uint32_t lanes : {0u, 9u}) {
+    o = verbs_options("a", "");
+    o.verbs_kv_queue_pairs = lanes;
+    b = make_verbs_backend(o);
+    REQUIRE(!b);
+    CHECK(dualpath::config::message_of(b.error()).find(
+              "transport.verbs_kv_queue_pairs")
+          != std::string::npos);
+  }
   o = verbs_options("a", "");
   o.verbs_sl_control = 16;
   b = make_verbs_backend(o);
@@ -434,6 +473,62 @@ TEST_CASE("writes with immediates land byte-exact from 4 KiB to 16 MiB") {
   CHECK(ok == 20);
   CHECK(peer.check(0, 20 * 4096, 42));
   CHECK(s.be->stats().connects == 1);
+}
+
+TEST_CASE("KV batches spread over every KV queue pair, each immediate after "
+          "its own bytes") {
+  // Three KV lanes towards a peer left at the default (it makes as many
+  // queue pairs as the sender asks for). 96 batches of 256 KiB, each with
+  // its own pattern and an immediate naming it, posted at once: they go on
+  // the least loaded lane, so all three carry some, and since a batch and
+  // its immediate stay on one queue pair the peer finds every batch's
+  // bytes in place when its immediate arrives, whatever the order across
+  // lanes.
+  const uint64_t chunk = 256 << 10;
+  const uint32_t n = 96;
+  peer_process peer{chunk * n, "peer", chunk};
+  auto o = verbs_options("sender", env_or("DUALPATH_VERBS_DEVICE", ""));
+  o.verbs_kv_queue_pairs = 3;
+  sender s{chunk * n, o};
+  REQUIRE(!s.be->connect("peer", peer.details));
+  for (uint32_t v = 1; v <= n; ++v)
+    s.fill((v - 1) * chunk, chunk, v);
+  std::atomic<int> ok{0}, bad{0};
+  std::promise<void> all;
+  std::atomic<uint32_t> left{n};
+  for (uint32_t v = 1; v <= n; ++v) {
+    auto b = s.write(peer.region, (v - 1) * chunk, chunk, v);
+    b.tclass = traffic_class::kv;
+    s.be->post(std::move(b), [&](completion c) {
+      (c.error ? bad : ok)++;
+      if (--left == 0)
+        all.set_value();
+    });
+  }
+  REQUIRE(all.get_future().wait_for(120s) == std::future_status::ready);
+  CHECK(bad == 0);
+  std::pair<uint64_t, uint32_t> got;
+  for (int i = 0; i < 500; ++i) {
+    got = peer.immediates();
+    if (got.first == n)
+      break;
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(got.first == n);
+  CHECK(peer.early_immediates() == 0);
+  for (uint32_t v = 1; v <= n; ++v)
+    CHECK(peer.check((v - 1) * chunk, chunk, v));
+  auto* vb = dynamic_cast<verbs_backend*>(s.be.get());
+  REQUIRE(vb != nullptr);
+  auto lanes = vb->kv_lane_bytes();
+  REQUIRE(lanes.size() == 3);
+  uint64_t sum = 0;
+  for (size_t k = 0; k < lanes.size(); ++k) {
+    INFO("KV lane " << k + 1 << " carried " << lanes[k] << " bytes");
+    CHECK(lanes[k] > 0);
+    sum += lanes[k];
+  }
+  CHECK(sum == chunk * n);
 }
 
 TEST_CASE("a batch larger than the send window is written in parts, "

@@ -93,7 +93,12 @@ TEST_CASE("over verbs: every block verified, kill -9 of a decode node loses "
       with({dualpath_binary(), "run", "--json", "--cluster", cluster},
            settings),
       dir.file("run.out"), dir.file("run.err")};
-  REQUIRE_MESSAGE(run.wait_err("requests 16/", std::chrono::seconds(300)),
+  // A bound for a hung run, not a speed target: under the guest's emulation
+  // the whole first run (24 requests) took 137-278 s in runs of main on
+  // 2026-12-05, and 1 of 8 runs with two KV lanes missed 300 s for its
+  // first 16 (the slow runs watched were slow, not stuck: every node kept
+  // posting).
+  REQUIRE_MESSAGE(run.wait_err("requests 16/", std::chrono::seconds(480)),
                   (run.err() + d.logs()));
   d.node(3).signal(SIGKILL);
   CHECK(d.node(3).wait() == 128 + SIGKILL);

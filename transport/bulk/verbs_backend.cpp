@@ -231,19 +231,24 @@ capabilities verbs_backend::caps() const {
   return c;
 }
 
+void verbs_backend::fail_unposted(const batch& b, completion_sink& sink,
+                                  caf::error err) {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    ++stats_.batches_posted;
+    ++stats_.batches_failed;
+    if (err.code() == static_cast<uint8_t>(transport_errc::peer_lost))
+      ++stats_.peer_lost;
+  }
+  if (sink)
+    sink(completion{b.tag, 0, static_cast<uint32_t>(b.writes.size()),
+                    std::move(err)});
+}
+
 void verbs_backend::post(batch b, completion_sink sink) {
   post_defaults(b, opts_);
   auto now_fail = [&](caf::error err) {
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      ++stats_.batches_posted;
-      ++stats_.batches_failed;
-      if (err.code() == static_cast<uint8_t>(transport_errc::peer_lost))
-        ++stats_.peer_lost;
-    }
-    if (sink)
-      sink(completion{b.tag, 0, static_cast<uint32_t>(b.writes.size()),
-                      std::move(err)});
+    fail_unposted(b, sink, std::move(err));
   };
   if (auto err = validate(b))
     return now_fail(std::move(err));
@@ -305,16 +310,7 @@ void verbs_backend::post(batch b, completion_sink sink) {
 void verbs_backend::enqueue(batch b, completion_sink sink, uint32_t wrs,
                             uint64_t bytes, bool pinned) {
   auto now_fail = [&](caf::error err) {
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      ++stats_.batches_posted;
-      ++stats_.batches_failed;
-      if (err.code() == static_cast<uint8_t>(transport_errc::peer_lost))
-        ++stats_.peer_lost;
-    }
-    if (sink)
-      sink(completion{b.tag, 0, static_cast<uint32_t>(b.writes.size()),
-                      std::move(err)});
+    fail_unposted(b, sink, std::move(err));
   };
   done_list done;
   std::unique_lock<std::mutex> guard{mtx_};

@@ -298,6 +298,9 @@ private:
   caf::expected<local_registration> add_region(void* ptr, uint64_t len,
                                                memory_kind kind, int dmabuf_fd,
                                                uint32_t id, uint64_t key);
+  /// Fails a batch that was never queued (counted as posted and failed),
+  /// outside mtx_.
+  void fail_unposted(const batch& b, completion_sink& sink, caf::error err);
   /// post() after validation: a batch of `wrs` work requests (at most
   /// max_outstanding) joins its peer's queue.
   void enqueue(batch b, completion_sink sink, uint32_t wrs, uint64_t bytes,
@@ -366,6 +369,11 @@ private:
   // verbs_completion.cpp: the poller thread and the KV lanes' threads.
   void poll_loop();
   void lane_loop(kv_lane& lane);
+  /// Polls `cq` (under `cq_mtx`) until it is empty, handling each
+  /// completion under mtx_; a failed poll breaks every connection. `lane`
+  /// names the CQ in errors (0: the main CQ). Returns the completions seen.
+  int drain(ibv_cq* cq, std::mutex& cq_mtx, size_t lane, done_list& done,
+            std::vector<incoming_immediate>& imms);
   void on_completion(const ibv_wc& wc, done_list& done,
                      std::vector<incoming_immediate>& imms);
   void check_deadlines(done_list& done);

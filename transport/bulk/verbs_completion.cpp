@@ -133,32 +133,7 @@ void verbs_backend::poll_loop() {
         }
       }
     }
-    int got = 0;
-    for (;;) {
-      ibv_wc wcs[poll_batch];
-      int n = 0;
-      {
-        std::lock_guard<std::mutex> guard{cq_mtx_};
-        n = ibv_poll_cq(cq_.get(), poll_batch, wcs);
-      }
-      if (n < 0) {
-        // The CQ itself failed: no completion will come for anything.
-        auto err = verbs::vcall("ibv_poll_cq", n, dev_.name());
-        std::lock_guard<std::mutex> guard{mtx_};
-        for (auto& [name, o] : out_)
-          break_outgoing(o, transport_errc::peer_lost, config::message_of(err),
-                         done);
-        break;
-      }
-      if (n == 0)
-        break;
-      got += n;
-      std::lock_guard<std::mutex> guard{mtx_};
-      for (int i = 0; i < n; ++i)
-        on_completion(wcs[i], done, imms);
-      if (n < poll_batch)
-        break;
-    }
+    int got = drain(cq_.get(), cq_mtx_, 0, done, imms);
     if (got > 0 || (check && !spin))
       now = clock_type::now(); // after a sleep or the completions' work
     if (got > 0)
@@ -177,6 +152,39 @@ void verbs_backend::poll_loop() {
     }
     if (spin && got == 0 && check)
       std::this_thread::yield(); // to the device's work on this core
+  }
+}
+
+int verbs_backend::drain(ibv_cq* cq, std::mutex& cq_mtx, size_t lane,
+                         done_list& done,
+                         std::vector<incoming_immediate>& imms) {
+  int got = 0;
+  for (;;) {
+    ibv_wc wcs[poll_batch];
+    int n = 0;
+    {
+      std::lock_guard<std::mutex> guard{cq_mtx};
+      n = ibv_poll_cq(cq, poll_batch, wcs);
+    }
+    if (n < 0) {
+      // The CQ itself failed: no completion will come for anything on it.
+      auto err = verbs::vcall("ibv_poll_cq", n,
+                              lane == 0 ? dev_.name()
+                                        : "KV lane " + std::to_string(lane));
+      std::lock_guard<std::mutex> guard{mtx_};
+      for (auto& [name, o] : out_)
+        break_outgoing(o, transport_errc::peer_lost, config::message_of(err),
+                       done);
+      return got;
+    }
+    if (n == 0)
+      return got;
+    got += n;
+    std::lock_guard<std::mutex> guard{mtx_};
+    for (int i = 0; i < n; ++i)
+      on_completion(wcs[i], done, imms);
+    if (n < poll_batch)
+      return got;
   }
 }
 
@@ -209,32 +217,7 @@ void verbs_backend::lane_loop(kv_lane& lane) {
       post_lane(lane);
     done_list done;
     std::vector<incoming_immediate> imms; // (none: lanes only send)
-    int got = 0;
-    for (;;) {
-      ibv_wc wcs[poll_batch];
-      int n = 0;
-      {
-        std::lock_guard<std::mutex> guard{lane.cq_mtx};
-        n = ibv_poll_cq(lane.cq.get(), poll_batch, wcs);
-      }
-      if (n < 0) {
-        auto err = verbs::vcall("ibv_poll_cq", n,
-                                "KV lane " + std::to_string(lane.index));
-        std::lock_guard<std::mutex> guard{mtx_};
-        for (auto& [name, o] : out_)
-          break_outgoing(o, transport_errc::peer_lost, config::message_of(err),
-                         done);
-        break;
-      }
-      if (n == 0)
-        break;
-      got += n;
-      std::lock_guard<std::mutex> guard{mtx_};
-      for (int i = 0; i < n; ++i)
-        on_completion(wcs[i], done, imms);
-      if (n < poll_batch)
-        break;
-    }
+    int got = drain(lane.cq.get(), lane.cq_mtx, lane.index, done, imms);
     deliver(done);
     if (got > 0) {
       last_completion = clock_type::now();

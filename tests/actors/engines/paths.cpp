@@ -32,6 +32,7 @@
 #include "actors/cluster/cluster.hpp"
 #include "actors/engines/engine_timing.hpp"
 #include "actors/engines/kv_layout.hpp"
+#include "actors/observe/hooks.hpp"
 #include "actors/protocol/decode_engine_actor.hpp"
 #include "actors/protocol/prefill_engine_actor.hpp"
 #include "actors/protocol/register.hpp"
@@ -480,39 +481,119 @@ TEST_CASE("h2d_via_transport: PE-side hits reach the GPU as bulk writes") {
   }
 }
 
+// The spans an engine reports through its observation hooks, for the test
+// thread: the same records a timeline is made of.
+class span_log : public observe::hooks {
+public:
+  // The cluster's emulated time, once the rig has made it (before any
+  // request runs).
+  void bind(const emulated_time& time) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    time_ = time;
+  }
+  int64_t at(time_point actor_now) const override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return time_.since_start_ns(actor_now);
+  }
+  bool tracing() const override {
+    return true;
+  }
+  void span(observe::span_record x) override {
+    std::lock_guard<std::mutex> guard{mtx_};
+    spans_.push_back(std::move(x));
+  }
+  void describe(const std::string&, observe::metric_kind,
+                const std::string&) override {
+  }
+  void count(const std::string&, const observe::label_set&, double) override {
+  }
+  void gauge(const std::string&, const observe::label_set&, double) override {
+  }
+  void observe(const std::string&, const observe::label_set&, double) override {
+  }
+  void event(const std::string&, const std::string&, uint64_t, int64_t,
+             const std::string&) override {
+  }
+  // The prefill node's span `name` of `layer` (REQUIREd to be there once).
+  observe::span_record find(const std::string& name, int32_t layer) const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    std::vector<observe::span_record> hits;
+    for (auto& x : spans_)
+      if (x.node == "pe" && x.name == name && x.layer == layer)
+        hits.push_back(x);
+    REQUIRE_MESSAGE(hits.size() == 1, name << " of layer " << layer);
+    return hits[0];
+  }
+
+private:
+  emulated_time time_;
+  mutable std::mutex mtx_;
+  std::vector<observe::span_record> spans_;
+};
+
 TEST_CASE("layerwise loads overlap compute; Basic loads everything first") {
   // Every layer's PE-side hits take 50 ms on the PE's CNIC (receive side),
   // every layer computes in 50 ms. Layerwise (window 2): the first load, then
   // the loads hide behind compute: about 5 x 50 ms. Basic: 4 loads, then 4
   // computes: about 8 x 50 ms.
+  //
+  // What the engines do is checked on their spans, which hold whatever the
+  // machine's load: layerwise loads layer 2 only once layer 0 is computed
+  // (the window) and so computes while it loads; Basic computes only once
+  // every layer is loaded. The TTFTs are real time (time scale 1): noise only
+  // ever adds to them, so each is at least its ideal, and layerwise must beat
+  // Basic by 1.5 steps in at least one of a few tries (a loaded machine, a
+  // sanitizer, can delay any single try by more than that).
   const auto step = milliseconds(50);
   auto tokens = rig::prompt(8, 3, 2); // 12 hit tokens, 2 miss tokens
   const uint64_t hit_bytes_per_layer = 12 * bpt;
-  auto tweak = [&](cluster::cluster_spec& s) {
-    // One layer of this request takes `step` on the GPU: the toy model's
-    // FLOPs over a rate chosen for it (no overhead, flat efficiency).
-    auto m = s.model;
-    double flops = gpu::prefill_flops_per_layer(m, {{12, 2}});
-    s.gpu.tflops = flops / duration<double>(step).count() / 1e12;
-    s.cnic_bytes_per_s = hit_bytes_per_layer * 1000 / step.count();
+  struct run_result {
+    nanoseconds ttft;
+    std::shared_ptr<span_log> spans;
   };
   auto ttft = [&](load_mode m) {
+    auto log = std::make_shared<span_log>();
+    auto tweak = [&](cluster::cluster_spec& s) {
+      // One layer of this request takes `step` on the GPU: the toy model's
+      // FLOPs over a rate chosen for it (no overhead, flat efficiency).
+      auto m = s.model;
+      double flops = gpu::prefill_flops_per_layer(m, {{12, 2}});
+      s.gpu.tflops = flops / duration<double>(step).count() / 1e12;
+      s.cnic_bytes_per_s = hit_bytes_per_layer * 1000 / step.count();
+      s.hooks = log;
+    };
     rig c{m, tweak, 1.0};
+    log->bind(c.time);
     c.populate(tokens, 3);
     auto r = spec(1, tokens, 1, {});
     r.arrival_ns = c.time.since_start_ns(steady_clock::now());
     auto res = c.run({c.make(std::move(r), read_plan{3, 3})});
     REQUIRE_EQ(res.size(), 1u);
     CHECK_EQ(res[0].verify_failures, 0u);
-    return nanoseconds(res[0].ttft_ns);
+    return run_result{nanoseconds(res[0].ttft_ns), log};
   };
-  auto layerwise = ttft(load_mode::layerwise);
-  auto basic = ttft(load_mode::basic);
-  MESSAGE("TTFT layerwise " << layerwise.count() / 1e6 << " ms, basic "
-                            << basic.count() / 1e6 << " ms");
-  CHECK_GE(layerwise, 5 * step);
-  CHECK_GE(basic, 8 * step);
-  CHECK_LT(layerwise, basic - 3 * step / 2);
+  bool faster = false;
+  for (int attempt = 0; attempt < 5 && !faster; ++attempt) {
+    CAPTURE(attempt);
+    auto layerwise = ttft(load_mode::layerwise);
+    auto basic = ttft(load_mode::basic);
+    MESSAGE("TTFT layerwise " << layerwise.ttft.count() / 1e6 << " ms, basic "
+                              << basic.ttft.count() / 1e6 << " ms");
+    CHECK_GE(layerwise.ttft, 5 * step);
+    CHECK_GE(basic.ttft, 8 * step);
+    // Layerwise: layer 2's load starts once layer 0 is computed (and sent),
+    // and layer 0 computes before the last layer's load ends.
+    auto& lw = *layerwise.spans;
+    CHECK_GE(lw.find("h2d", 2).begin_ns, lw.find("compute", 0).end_ns);
+    CHECK_LT(lw.find("compute", 0).begin_ns, lw.find("h2d", layers - 1).end_ns);
+    // Basic: no layer computes before every load has ended.
+    auto& b = *basic.spans;
+    for (uint32_t l = 0; l < layers; ++l)
+      CHECK_GE(b.find("compute", 0).begin_ns,
+               b.find("h2d", static_cast<int32_t>(l)).end_ns);
+    faster = layerwise.ttft < basic.ttft - 3 * step / 2;
+  }
+  CHECK_MESSAGE(faster, "layerwise was never 1.5 steps faster than Basic");
 }
 
 TEST_CASE("the decode GPU's check finds each wrong Layer Block, and such KV "

@@ -33,9 +33,11 @@ void add_error_category(caf::actor_system_config& cfg, caf::atom_value category,
 
 /// The message of `err`: its context string when it carries one, else the
 /// name of its code when it is of `category` (the category of enum `E`),
-/// else CAF's rendering.
+/// else CAF's rendering; "no error" for an empty one.
 template <class E>
 std::string error_message(const caf::error& err, caf::atom_value category) {
+  if (!err)
+    return "no error";
   auto& ctx = err.context();
   if (!ctx.empty() && ctx.match_element<std::string>(0))
     return ctx.get_as<std::string>(0);

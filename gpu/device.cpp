@@ -98,6 +98,8 @@ caf::expected<int> device_for_rank(uint32_t rank, int first,
 }
 
 std::string describe(const caf::error& err) {
+  if (!err)
+    return "no error";
   const auto& ctx = err.context();
   if (ctx.match_elements<std::string>())
     return ctx.get_as<std::string>(0);

@@ -653,7 +653,7 @@ caf::expected<int> device_for_rank(uint32_t rank, int first,
                                    int count);
 
 /// The text of an error made with caf::make_error(code, "text"), else CAF's
-/// rendering.
+/// rendering; "no error" for an empty one.
 std::string describe(const caf::error& err);
 
 } // namespace dualpath::gpu

@@ -165,3 +165,13 @@ TEST_CASE("malformed override") {
   f = fails_override("=3");
   CHECK(f.code == config_errc::malformed_override);
 }
+
+TEST_CASE("an empty error's message says so (a check's message may render "
+          "one)") {
+  // doctest renders the message of a passing check too (-s), so
+  // REQUIRE_MESSAGE(!err, message_of(err)) renders an empty error.
+  CHECK(message_of(caf::error{}) == "no error");
+  CHECK(message_of(caf::make_error(config_errc::missing_file,
+                                   std::string{"no such file x"}))
+        == "no such file x");
+}

@@ -41,7 +41,7 @@ std::shared_ptr<device> cuda_backend(uint64_t hbm_budget) {
   opts.backend = backend_choice::cuda;
   opts.hbm_budget = hbm_budget;
   auto dev = make_cuda_device(opts);
-  REQUIRE_MESSAGE(dev, describe(dev.error()));
+  REQUIRE_MESSAGE(dev, (dev ? "" : describe(dev.error())));
   return *dev;
 }
 
@@ -112,7 +112,7 @@ TEST_CASE("device pages: staged copies land byte-exact in the caller's "
                     != std::string::npos,
                 describe(spill.error()));
   auto pages = device_pages::make(buf->data(), page * n);
-  REQUIRE_MESSAGE(pages, describe(pages.error()));
+  REQUIRE_MESSAGE(pages, (pages ? "" : describe(pages.error())));
   auto& p = **pages;
   MESSAGE("registered on " << p.describe());
   CHECK(p.size() == page * n);

@@ -110,7 +110,7 @@ scenario random_scenario(rng_t& rng) {
   }
   auto made =
       cluster_state::make(std::move(pes), std::move(des), std::move(nodes));
-  REQUIRE_MESSAGE(made, caf::to_string(made.error()));
+  REQUIRE_MESSAGE(made, (made ? "" : caf::to_string(made.error())));
   s.st = std::move(*made);
   auto n = uni(rng, 1, 300);
   for (uint64_t i = 0; i < n; ++i)

@@ -57,7 +57,7 @@ cluster_state make_or_fail(std::vector<engine_state> p,
                            std::vector<engine_state> d,
                            std::vector<node_state> n) {
   auto st = cluster_state::make(std::move(p), std::move(d), std::move(n));
-  REQUIRE_MESSAGE(st, caf::to_string(st.error()));
+  REQUIRE_MESSAGE(st, (st ? "" : caf::to_string(st.error())));
   return std::move(*st);
 }
 

@@ -111,7 +111,7 @@ struct deployment_env {
     dep.sets = sets_of(settings());
     dep.patience = 30s;
     auto sc = deployment_store(dep);
-    REQUIRE_MESSAGE(sc, actors::render(sc.error()));
+    REQUIRE_MESSAGE(sc, (sc ? "" : actors::render(sc.error())));
     store = *sc;
     // The store holds a previous run's blocks before any node starts.
     auto be = make_backend(backend_config{});
@@ -167,7 +167,7 @@ struct engine {
     cfg.deployment = dep;
     cfg.buffer_blocks = 16;
     auto c = kv_client::make(cfg);
-    REQUIRE_MESSAGE(c, actors::render(c.error()));
+    REQUIRE_MESSAGE(c, (c ? "" : actors::render(c.error())));
     client = std::move(*c);
     geo = client->geometry();
     memory.assign(geo.layers,

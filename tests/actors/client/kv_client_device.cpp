@@ -145,7 +145,7 @@ TEST_CASE("device pages: loads on each path and saves are byte-exact in "
   opts.backend = gpu::backend_choice::cuda;
   opts.hbm_budget = 256 << 20;
   auto dev = gpu::make_cuda_device(opts);
-  REQUIRE_MESSAGE(dev, gpu::describe(dev.error()));
+  REQUIRE_MESSAGE(dev, (dev ? "" : gpu::describe(dev.error())));
   auto page = geometry().layer_bytes();
   auto bytes = uint64_t{pages} * page;
   std::vector<gpu::device_buffer> hbm;

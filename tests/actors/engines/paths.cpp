@@ -195,7 +195,7 @@ struct rig {
     auto built = cluster::build_node(
         sys, spec, name, role, std::shared_ptr<bulk::backend>(std::move(*b)),
         store, time);
-    REQUIRE_MESSAGE(built, sys.render(built.error()));
+    REQUIRE_MESSAGE(built, (built ? "" : sys.render(built.error())));
     return std::move(*built);
   }
 

@@ -78,7 +78,7 @@ struct fixture {
     }
     sc.nodes.assign(3, scheduler::node_state{0, 1e6});
     auto hdl = spawn_scheduler(sys, sc);
-    REQUIRE_MESSAGE(hdl, sys.render(hdl.error()));
+    REQUIRE_MESSAGE(hdl, (hdl ? "" : sys.render(hdl.error())));
     sched = *hdl;
     for (auto& id : pes) {
       engines.push_back(

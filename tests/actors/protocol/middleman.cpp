@@ -49,9 +49,9 @@ struct fixture {
   template <class Handle>
   Handle cross(Handle hdl) {
     auto port = a.middleman().publish(hdl, 0, "127.0.0.1");
-    REQUIRE_MESSAGE(port, a.render(port.error()));
+    REQUIRE_MESSAGE(port, (port ? "" : a.render(port.error())));
     auto proxy = b.middleman().remote_actor<Handle>("127.0.0.1", *port);
-    REQUIRE_MESSAGE(proxy, b.render(proxy.error()));
+    REQUIRE_MESSAGE(proxy, (proxy ? "" : b.render(proxy.error())));
     return *proxy;
   }
 

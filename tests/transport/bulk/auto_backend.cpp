@@ -39,7 +39,8 @@ struct node {
       notices.push_back(s);
     };
     auto made = make_backend(o);
-    REQUIRE_MESSAGE(made, dualpath::config::message_of(made.error()));
+    REQUIRE_MESSAGE(made,
+                    (made ? "" : dualpath::config::message_of(made.error())));
     be = std::move(made->chosen);
     reason = made->reason;
   }

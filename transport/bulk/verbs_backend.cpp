@@ -247,11 +247,8 @@ void verbs_backend::fail_unposted(const batch& b, completion_sink& sink,
 
 void verbs_backend::post(batch b, completion_sink sink) {
   post_defaults(b, opts_);
-  auto now_fail = [&](caf::error err) {
-    fail_unposted(b, sink, std::move(err));
-  };
   if (auto err = validate(b))
-    return now_fail(std::move(err));
+    return fail_unposted(b, sink, std::move(err));
   uint32_t wrs = 0;
   uint64_t bytes = 0;
   for (auto& w : b.writes) {
@@ -266,7 +263,7 @@ void verbs_backend::post(batch b, completion_sink sink) {
     const auto tag = b.tag;
     auto parts = split_batch(b, opts_.verbs_max_outstanding);
     if (!parts)
-      return now_fail(std::move(parts.error()));
+      return fail_unposted(b, sink, std::move(parts.error()));
     auto sum = std::make_shared<split_completion>();
     sum->left = parts->size();
     sum->tag = tag;
@@ -309,9 +306,6 @@ void verbs_backend::post(batch b, completion_sink sink) {
 
 void verbs_backend::enqueue(batch b, completion_sink sink, uint32_t wrs,
                             uint64_t bytes, bool pinned) {
-  auto now_fail = [&](caf::error err) {
-    fail_unposted(b, sink, std::move(err));
-  };
   done_list done;
   std::unique_lock<std::mutex> guard{mtx_};
   const auto& peer = b.writes.front().destination.node;
@@ -321,20 +315,23 @@ void verbs_backend::enqueue(batch b, completion_sink sink, uint32_t wrs,
     if (m == mrs_.end() || m->second.removing
         || m->second.mr->lkey != w.source->lkey)
       return guard.unlock(),
-             now_fail(caf::make_error(transport_errc::unknown_region,
-                                      "source not registered with this "
-                                      "verbs backend"));
+             fail_unposted(b, sink,
+                           caf::make_error(transport_errc::unknown_region,
+                                           "source not registered with this "
+                                           "verbs backend"));
     if (std::find(sources.begin(), sources.end(), w.source->id())
         == sources.end())
       sources.push_back(w.source->id());
   }
   auto oi = out_.find(peer);
   if (oi == out_.end())
-    return guard.unlock(), now_fail(lost("not connected to " + peer));
+    return guard.unlock(),
+           fail_unposted(b, sink, lost("not connected to " + peer));
   auto& o = oi->second;
   if (o.state == link_state::failed && clock_type::now() < o.retry_at)
     return guard.unlock(),
-           now_fail(
+           fail_unposted(
+               b, sink,
                lost("no verbs connection to " + peer + " ("
                     + (o.last_error ? to_string(
                            static_cast<transport_errc>(o.last_error.code()))
@@ -342,10 +339,12 @@ void verbs_backend::enqueue(batch b, completion_sink sink, uint32_t wrs,
                     + "; retrying shortly)"));
   if (o.batches >= opts_.max_pending_batches)
     return guard.unlock(),
-           now_fail(caf::make_error(
-               transport_errc::queue_full,
-               "more than " + std::to_string(opts_.max_pending_batches)
-                   + " batches pending for " + peer));
+           fail_unposted(
+               b, sink,
+               caf::make_error(transport_errc::queue_full,
+                               "more than "
+                                   + std::to_string(opts_.max_pending_batches)
+                                   + " batches pending for " + peer));
   ++stats_.batches_posted;
   auto id = next_batch_++;
   auto& pb = batches_[id];

@@ -7,17 +7,21 @@
 // decorates any backend.
 //
 // Ownership: a `local_registration` is move-only and owns the registration of
-// one memory region; its destructor deregisters (waiting until no incoming
-// write is still landing in the region). Its `describe()` is the copyable,
+// one memory region; its destructor deregisters, waiting until no incoming
+// write is still landing in the region and no posted batch still reads from
+// it (so an owner that ends the registration before freeing the memory never
+// has a send read freed memory). Its `describe()` is the copyable,
 // serialisable `remote_region` a peer writes to. The memory itself stays owned
-// by the caller and must outlive the registration. A registration used as the
-// source of a posted batch must outlive that batch's completion.
+// by the caller and must outlive the registration; the registration must not
+// move while a batch that names it as a source is pending.
 //
 // Thread safety: every member function of `backend` may be called from any
 // thread concurrently. `post` never blocks on the network: it queues the batch
 // and returns; the completion arrives later, exactly once per batch, on a
 // backend thread (through a `completion_sink`). Completion sinks must be cheap
-// and must not call back into the backend's destructor.
+// and must not call back into the backend's destructor, nor end a
+// registration that another pending batch reads from (it would wait for that
+// thread).
 #pragma once
 
 #include <chrono>
@@ -243,7 +247,9 @@ public:
 
 protected:
   friend class local_registration;
-  /// Ends a registration; returns once no write still lands in it.
+  /// Ends a registration; returns once no write still lands in it and no
+  /// posted batch still reads from it (a pending batch that uses it as a
+  /// source completes first: at worst, by its deadline).
   virtual void deregister(uint32_t region_id) = 0;
 
   /// Helper for implementations: validates `b` (non-empty, one destination

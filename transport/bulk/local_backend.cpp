@@ -104,10 +104,31 @@ public:
 
   void post(batch b, completion_sink sink) override {
     post_defaults(b, opts_);
+    // Its sources stay registered (and so allocated) until it has run.
+    std::vector<region_table::pin> held;
+    auto err = validate(b);
+    if (!err) {
+      auto h = hold_sources(regions_, b);
+      if (h)
+        held = std::move(*h);
+      else
+        err = std::move(h.error());
+    }
+    if (err) {
+      {
+        std::lock_guard<std::mutex> guard{mtx_};
+        ++stats_.batches_posted;
+        ++stats_.batches_failed;
+      }
+      if (sink)
+        sink(completion{b.tag, 0, static_cast<uint32_t>(b.writes.size()),
+                        std::move(err)});
+      return;
+    }
     {
       std::lock_guard<std::mutex> guard{mtx_};
       ++stats_.batches_posted;
-      queue_.emplace_back(std::move(b), std::move(sink));
+      queue_.push_back(queued{std::move(b), std::move(sink), std::move(held)});
     }
     cv_.notify_one();
   }
@@ -134,7 +155,7 @@ protected:
 private:
   void run() {
     for (;;) {
-      std::pair<batch, completion_sink> item;
+      queued item;
       {
         std::unique_lock<std::mutex> guard{mtx_};
         cv_.wait(guard, [&] { return stop_ || !queue_.empty(); });
@@ -143,7 +164,8 @@ private:
         item = std::move(queue_.front());
         queue_.pop_front();
       }
-      auto res = execute(item.first);
+      auto res = execute(item.b);
+      item.sources.clear(); // read no more: they may be deregistered
       {
         std::lock_guard<std::mutex> guard{mtx_};
         if (res.error) {
@@ -153,12 +175,12 @@ private:
             ++stats_.deadline_exceeded;
         } else {
           ++stats_.batches_completed;
-          stats_.bytes_sent[static_cast<size_t>(item.first.tclass)] +=
+          stats_.bytes_sent[static_cast<size_t>(item.b.tclass)] +=
               res.bytes;
         }
       }
-      if (item.second)
-        item.second(std::move(res));
+      if (item.sink)
+        item.sink(std::move(res));
     }
   }
 
@@ -170,8 +192,7 @@ private:
       res.failed_ops = static_cast<uint32_t>(b.writes.size());
       return res;
     };
-    if (auto err = validate(b))
-      return fail(std::move(err));
+    // post() validated it and holds its sources.
     const auto& target = b.writes.front().destination.node;
     local_node dst;
     {
@@ -227,7 +248,13 @@ private:
   immediate_handler handler_;
   mutable std::mutex mtx_;
   std::condition_variable cv_;
-  std::deque<std::pair<batch, completion_sink>> queue_;
+  /// A posted batch, its sink and its held sources.
+  struct queued {
+    batch b;
+    completion_sink sink;
+    std::vector<region_table::pin> sources;
+  };
+  std::deque<queued> queue_;
   counters stats_;
   bool stop_ = false;
   std::thread worker_;

@@ -2,7 +2,9 @@
 
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <random>
+#include <string>
 
 namespace dualpath::transport::bulk {
 
@@ -30,12 +32,18 @@ remote_region region_table::add(const std::string& node, void* ptr,
   return r;
 }
 
-void region_table::remove(uint32_t id) {
+void region_table::remove(uint32_t id,
+                          const std::function<void()>& while_pinned) {
   std::unique_lock<std::mutex> guard{mtx_};
   auto i = slots_.find(id);
   if (i == slots_.end())
     return;
   i->second.removed = true;
+  if (i->second.pins > 0 && while_pinned) {
+    guard.unlock();
+    while_pinned();
+    guard.lock();
+  }
   cv_.wait(guard, [&] { return slots_.at(id).pins == 0; });
   slots_.erase(id);
 }
@@ -57,6 +65,36 @@ transport_errc region_table::acquire(uint32_t id, uint64_t key, uint64_t offset,
   e.len = len;
   out = pin{this, id, e};
   return transport_errc::none;
+}
+
+transport_errc region_table::hold(uint32_t id, const void* base, pin& out) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = slots_.find(id);
+  if (i == slots_.end() || i->second.removed || i->second.e.ptr != base)
+    return transport_errc::unknown_region;
+  ++i->second.pins;
+  out = pin{this, id, i->second.e};
+  return transport_errc::none;
+}
+
+caf::expected<std::vector<region_table::pin>> hold_sources(region_table& table,
+                                                          const batch& b) {
+  std::vector<region_table::pin> held;
+  std::vector<uint32_t> ids; // held's regions (a batch has a few)
+  for (size_t i = 0; i < b.writes.size(); ++i) {
+    const auto& src = *b.writes[i].source;
+    if (std::find(ids.begin(), ids.end(), src.id()) != ids.end())
+      continue;
+    region_table::pin p;
+    if (table.hold(src.id(), src.data(), p) != transport_errc::none)
+      return caf::make_error(transport_errc::unknown_region,
+                             "write " + std::to_string(i) + ": its source (region "
+                                 + std::to_string(src.id())
+                                 + ") is not registered with this backend");
+    ids.push_back(src.id());
+    held.push_back(std::move(p));
+  }
+  return held;
 }
 
 void region_table::unpin(uint32_t id) {

@@ -121,7 +121,10 @@ public:
 
 protected:
   void deregister(uint32_t region_id) override {
-    ctx_.regions.remove(region_id);
+    // Batches still reading it fail now (unknown_region), not at their
+    // deadline; incoming writes finish landing.
+    ctx_.regions.remove(region_id,
+                        [&] { sender_.cancel_source(region_id); });
   }
 
 private:

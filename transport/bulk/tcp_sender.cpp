@@ -40,6 +40,9 @@ struct batch_state {
   uint64_t acked_bytes = 0;
   link_ptr link;
   bool done = false;
+  /// The source regions, held until the batch is done (finish): no one
+  /// frees them while a slice may still be written from them.
+  std::vector<region_table::pin> sources;
 };
 
 using batch_ptr = std::shared_ptr<batch_state>;
@@ -54,9 +57,10 @@ struct slice {
 
 /// A request from a poster to a lane, applied in order on the lane thread.
 struct command {
-  enum class kind : uint8_t { address, post, drop };
+  enum class kind : uint8_t { address, post, drop, cancel };
   kind what = kind::post;
   link_ptr link;
+  uint32_t region = 0; ///< cancel: the source region
   std::string host;
   uint16_t port = 0;
   batch_ptr b;
@@ -147,9 +151,13 @@ public:
     // bound); sequence numbers are assigned on the lane thread.
     const auto slice_len = std::max<uint64_t>(
         std::min(opts.slice_kib << 10, opts.max_frame_mib << 20), 1);
+    auto held = hold_sources(ctx_.regions, b);
+    if (!held)
+      return std::move(held.error());
     command cmd;
     cmd.b = std::make_shared<batch_state>();
     auto& st = *cmd.b;
+    st.sources = std::move(*held);
     st.tag = b.tag;
     st.deadline = b.deadline;
     st.ops = static_cast<uint32_t>(b.writes.size());
@@ -214,6 +222,17 @@ public:
     poke();
   }
 
+  void cancel_source(uint32_t region_id) {
+    {
+      std::lock_guard<std::mutex> guard{inbox_mtx_};
+      command cmd;
+      cmd.what = command::kind::cancel;
+      cmd.region = region_id;
+      inbox_.push_back(std::move(cmd));
+    }
+    poke();
+  }
+
   /// Makes the lane look at its inbox and arbiters soon (any thread); the
   /// eventfd is written only when the lane sleeps or is about to.
   void poke() {
@@ -273,6 +292,10 @@ private:
       cmds.swap(inbox_);
     }
     for (auto& cmd : cmds) {
+      if (cmd.what == command::kind::cancel) {
+        cancel(cmd.region);
+        continue;
+      }
       auto& p = peer_of(cmd.link);
       switch (cmd.what) {
         case command::kind::address:
@@ -283,6 +306,8 @@ private:
           fail_peer(p,
                     caf::make_error(transport_errc::peer_lost, "peer dropped"));
           break;
+        case command::kind::cancel:
+          break; // handled above
         case command::kind::post: {
           auto& w = least_loaded(p);
           for (auto& s : cmd.slices) {
@@ -300,6 +325,9 @@ private:
     if (b.done)
       return;
     b.done = true;
+    // No slice of it is written from now on (a partly written one closes
+    // its connection, see check_deadlines and on_ack): its sources may go.
+    b.sources.clear();
     b.link->pending[static_cast<size_t>(tc_)].fetch_sub(1);
     auto& s = ctx_.stats;
     if (err) {
@@ -545,29 +573,50 @@ private:
     return true;
   }
 
+  /// Fails pending batch `b` with `err`; a partly written slice of it
+  /// would read memory the caller may now free, so its connection closes
+  /// (it reconnects on next use).
+  void abort_batch(batch_state& b, caf::error err, const char* why) {
+    finish(b, std::move(err));
+    auto& p = peer_of(b.link);
+    for (auto& w : p.conns)
+      if (!w.queue.empty() && w.queue.front().b.get() == &b
+          && w.queue.front().sent > 0)
+        fail_conn(p, w, caf::make_error(transport_errc::peer_lost, why));
+  }
+
   void check_deadlines() {
     auto now = clock_type::now();
     for (auto i = batches_.begin(); i != batches_.end();) {
       auto& b = **i;
-      if (!b.done && now >= b.deadline) {
-        finish(b, caf::make_error(transport_errc::deadline_exceeded,
-                                  "batch " + std::to_string(b.tag)
-                                      + " missed its deadline"));
-        // A partly written slice of this batch reads memory the caller may
-        // now free: close that connection (it reconnects on next use).
-        auto& p = peer_of(b.link);
-        for (auto& w : p.conns)
-          if (!w.queue.empty() && w.queue.front().b.get() == &b
-              && w.queue.front().sent > 0)
-            fail_conn(p, w,
-                      caf::make_error(transport_errc::peer_lost,
-                                      "connection closed after a deadline "
-                                      "mid-frame"));
-      }
+      if (!b.done && now >= b.deadline)
+        abort_batch(b,
+                    caf::make_error(transport_errc::deadline_exceeded,
+                                    "batch " + std::to_string(b.tag)
+                                        + " missed its deadline"),
+                    "connection closed after a deadline mid-frame");
       if (b.done)
         i = batches_.erase(i);
       else
         ++i;
+    }
+  }
+
+  /// Fails the pending batches that read from local region `region`.
+  void cancel(uint32_t region) {
+    for (auto& bp : batches_) {
+      auto& b = *bp;
+      if (b.done
+          || std::none_of(b.sources.begin(), b.sources.end(),
+                          [region](auto& s) { return s.id() == region; }))
+        continue;
+      abort_batch(b,
+                  caf::make_error(transport_errc::unknown_region,
+                                  "batch " + std::to_string(b.tag)
+                                      + ": its source region "
+                                      + std::to_string(region)
+                                      + " was deregistered"),
+                  "connection closed after a deregistered source mid-frame");
     }
   }
 
@@ -717,6 +766,11 @@ caf::error tcp_sender::enqueue(const batch& b, completion_sink& sink) {
 void tcp_sender::drop_peer(const std::string& peer) {
   for (auto& l : lanes_)
     l->drop_peer(peer);
+}
+
+void tcp_sender::cancel_source(uint32_t region_id) {
+  for (auto& l : lanes_)
+    l->cancel_source(region_id);
 }
 
 } // namespace dualpath::transport::bulk

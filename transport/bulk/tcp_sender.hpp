@@ -57,6 +57,11 @@ public:
   /// Closes the connections to `peer`; its pending batches fail peer_lost.
   void drop_peer(const std::string& peer);
 
+  /// Fails every pending batch that reads from local region `region_id`
+  /// (unknown_region), closing a connection where one of them is partly
+  /// written; asynchronous (the lanes let go of the region soon after).
+  void cancel_source(uint32_t region_id);
+
   class lane;       // one per traffic class (tcp_sender.cpp)
   struct peer_link; // what both lanes share about one peer
 

@@ -6,7 +6,11 @@
 
 #include <cstring>
 #include <future>
+#include <mutex>
 #include <numeric>
+#include <optional>
+#include <thread>
+#include <vector>
 
 #include "tests/transport/bulk/post_wait.hpp"
 #include "transport/bulk/backend.hpp"
@@ -115,6 +119,61 @@ TEST_CASE("local batches past their deadline fail") {
   CHECK(code_of(run(*a, std::move(x)).error)
         == transport_errc::deadline_exceeded);
   CHECK(a->stats().deadline_exceeded == 1);
+}
+
+TEST_CASE("ending a source's registration waits for the batches that read "
+          "it; a source registered elsewhere is refused at post") {
+  auto fabric = make_local_fabric();
+  auto a = std::move(*make_local_backend(named("a"), fabric));
+  auto b = std::move(*make_local_backend(named("b"), fabric));
+  constexpr size_t n = 64;
+  constexpr size_t len = 1 << 20;
+  auto src_bytes = std::make_unique<std::vector<uint8_t>>(n * len);
+  std::iota(src_bytes->begin(), src_bytes->end(), uint8_t{3});
+  const auto want = *src_bytes;
+  std::vector<uint8_t> dst(n * len, 0);
+  auto reg = a->register_region(src_bytes->data(), src_bytes->size());
+  auto to = b->register_region(dst.data(), dst.size());
+  REQUIRE(reg);
+  REQUIRE(to);
+  std::optional<local_registration> src{std::move(*reg)};
+  std::mutex mtx;
+  std::vector<completion> done;
+  for (size_t i = 0; i < n; ++i) {
+    batch x;
+    x.writes.push_back({&*src, i * len, *to->describe().subrange(i * len, len)});
+    a->post(std::move(x), [&](completion c) {
+      std::lock_guard<std::mutex> guard{mtx};
+      done.push_back(std::move(c));
+    });
+  }
+  // Ended (and the memory freed) while the worker still copies from it.
+  src.reset();
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    CHECK(done.size() >= n - 1); // the last one's sink may still be running
+  }
+  src_bytes.reset();
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard<std::mutex> guard{mtx};
+      if (done.size() == n)
+        break;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  std::lock_guard<std::mutex> guard{mtx};
+  REQUIRE(done.size() == n);
+  for (auto& c : done)
+    CHECK(!c.error);
+  CHECK(dst == want);
+  // A registration of another backend is not a source of this one.
+  auto c = run(*a, [&] {
+    batch x;
+    x.writes.push_back({&*to, 0, *to->describe().subrange(0, 16)});
+    return x;
+  }());
+  CHECK(code_of(c.error) == transport_errc::unknown_region);
 }
 
 TEST_CASE("the factory picks by name and says why") {

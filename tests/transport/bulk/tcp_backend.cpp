@@ -29,6 +29,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -546,6 +547,55 @@ TEST_CASE("a stalled receiver makes batches fail at their deadline") {
   child.kill(SIGCONT);
 }
 
+TEST_CASE("ending a source's registration fails the batch that reads it "
+          "before it returns; a source registered elsewhere is refused") {
+  const uint64_t len = 64 << 20;
+  child_receiver child{len};
+  auto a = make(opts_for("a"));
+  REQUIRE(!a->connect("child", {child.address.begin(), child.address.end()}));
+  auto src_bytes = std::make_unique<std::vector<uint8_t>>(len, 7);
+  auto reg = a->register_region(src_bytes->data(), len);
+  REQUIRE(reg);
+  std::optional<local_registration> src{std::move(*reg)};
+  {
+    waiter w;
+    a->post(one_write(*src, 0, *child.region.subrange(0, 4096)), w.sink());
+    REQUIRE(!w.get().error);
+  }
+  // The receiver stalls: 64 MiB cannot all leave, so the sender still reads
+  // the source (a frame of it partly written) when its owner ends the
+  // registration and frees the memory (a read after that faults: the
+  // memory is unmapped; ASan names it).
+  child.kill(SIGSTOP);
+  auto start = clock_type::now();
+  batch b = one_write(*src, 0, child.region);
+  b.deadline = start + 5s;
+  waiter w;
+  a->post(std::move(b), w.sink());
+  std::this_thread::sleep_for(100ms); // its first frames are under way
+  src.reset();                        // ends the registration
+  auto ended = clock_type::now() - start;
+  src_bytes.reset();
+  auto c = w.get(3s);
+  CHECK(code_of(c.error) == transport_errc::unknown_region);
+  CHECK(c.failed_ops == 1);
+  // Failed at once, not at the deadline; the sender let go of the source
+  // before the registration ended (the unmapped memory was not read).
+  CHECK(ended < 2s);
+  child.kill(SIGCONT);
+  // A registration of another backend (its ids overlap ours) is not a
+  // source here: refused at once, nothing sent.
+  auto other = make(opts_for("other"));
+  std::vector<uint8_t> foreign(4096, 1);
+  auto theirs = other->register_region(foreign.data(), foreign.size());
+  REQUIRE(theirs);
+  waiter w2;
+  a->post(one_write(*theirs, 0, *child.region.subrange(0, 4096)), w2.sink());
+  auto c2 = w2.get(1s);
+  CHECK(code_of(c2.error) == transport_errc::unknown_region);
+  CHECK(c2.bytes == 0);
+}
+
 TEST_CASE("after a dropped peer the next use reconnects") {
   pair_fixture f;
   std::vector<uint8_t> src_bytes = pattern(8192, 9), dst(8192, 0);
@@ -1002,11 +1052,13 @@ TEST_CASE("bounded queues refuse with queue_full per class") {
   a->post(one_write(*src, 0, dst, traffic_class::control), ctl.sink());
   CHECK(ctl.f.wait_for(200ms) == std::future_status::timeout);
   fake.wait_frames(4);
-  *src = local_registration{}; // registrations end before their backend
-  a.reset();                   // shutting down fails what is pending
+  // Ending the source's registration fails what still reads it, at once
+  // (not at the deadline); registrations end before their backend.
+  *src = local_registration{};
   for (int i = 0; i < 3; ++i)
-    CHECK(code_of(kv[i].get(1s).error) == transport_errc::peer_lost);
-  CHECK(code_of(ctl.get(1s).error) == transport_errc::peer_lost);
+    CHECK(code_of(kv[i].get(1s).error) == transport_errc::unknown_region);
+  CHECK(code_of(ctl.get(1s).error) == transport_errc::unknown_region);
+  a.reset();
 }
 
 TEST_CASE("no write completes before its bytes are in the destination") {

@@ -360,6 +360,9 @@ struct fault_plan {
   std::string drop_peer;
   /// Extra delay before each completion is delivered.
   std::chrono::milliseconds delay{0};
+  /// Injected failures (fail_after, drop_peer) complete without `delay`, so
+  /// they overtake completions of earlier posts still held back by it.
+  bool fail_at_once = false;
   /// Flips the first byte of each write on the wire (source restored after).
   bool corrupt_byte = false;
   /// connect() takes this long before it calls the inner backend's (a slow

@@ -69,7 +69,8 @@ public:
     auto fail = [&](transport_errc code, std::string why) {
       schedule(std::move(sink),
                completion{b.tag, 0, static_cast<uint32_t>(b.writes.size()),
-                          caf::make_error(code, std::move(why))});
+                          caf::make_error(code, std::move(why))},
+               plan_.fail_at_once);
     };
     if (plan_.fail_after >= 0 && n >= static_cast<uint64_t>(plan_.fail_after))
       return fail(transport_errc::injected_fault,
@@ -116,10 +117,12 @@ protected:
   }
 
 private:
-  void schedule(completion_sink sink, completion c) {
+  void schedule(completion_sink sink, completion c, bool at_once = false) {
     {
       std::lock_guard<std::mutex> guard{mtx_};
-      due_.emplace(clock_type::now() + plan_.delay,
+      due_.emplace(clock_type::now() + (at_once ? clock_type::duration{0}
+                                                : clock_type::duration{
+                                                    plan_.delay}),
                    std::make_pair(std::move(sink), std::move(c)));
     }
     cv_.notify_all();

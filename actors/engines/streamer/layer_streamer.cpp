@@ -46,12 +46,15 @@ using time_point = emulated_time::time_point;
 
 // The streamer's whole interface: the public one plus its private messages:
 // a layer computed, a layer's sends done (both in emulated time), and a
-// bulk batch's completion from a backend thread (step, layer, whether it
-// was a load's loopback copy or a send, error).
+// bulk batch's completion from a backend thread (step, layer, the send's
+// serial or `loopback_post` for a load's loopback copy, error).
 using impl_actor = layer_streamer_actor::extend<
     caf::reacts_to<computed_atom, uint64_t, uint32_t>,
     caf::reacts_to<sent_atom, uint64_t, uint32_t>,
-    caf::reacts_to<posted_atom, uint64_t, uint32_t, bool, caf::error>>;
+    caf::reacts_to<posted_atom, uint64_t, uint32_t, uint64_t, caf::error>>;
+
+// The serial a load's loopback copy completes with (sends count from 1).
+constexpr uint64_t loopback_post = 0;
 
 // One GPU's staging: host memory mirroring its HBM for KV (real bytes),
 // pinned with its device and registered with the node's bulk transport once.
@@ -139,6 +142,19 @@ struct streamer_state {
   // layers compute and send): it takes `step`'s place once `step` is sent.
   std::unique_ptr<step_run> step;
   std::unique_ptr<step_run> next;
+  // Send batches in flight, by serial: the requests whose KV each carries
+  // into their decode nodes' buffers. A request's failure reaches its
+  // decode node (which then gives the request's buffer slots to others)
+  // only once none of its sends is in flight: a later one would write into
+  // another request's KV there.
+  uint64_t next_send = 1;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> sends;
+  std::unordered_map<uint64_t, uint32_t> sends_of; // per request
+  struct held_failure {
+    uint64_t step = 0;
+    caf::error error;
+  };
+  std::unordered_map<uint64_t, held_failure> held; // per request
   static inline const char* name = "layer_streamer";
 };
 
@@ -177,7 +193,8 @@ chunk_run* live_chunk(step_run& s, uint64_t id) {
 }
 
 // A request failed inside a step: skipped from now on in both steps, its
-// engine told once (which tells its decode node and the scheduler).
+// engine told once (which tells its decode node and the scheduler), once
+// none of its sends is in flight (streamer_state::sends).
 void fail_request(self_ptr self, uint64_t id, const caf::error& err) {
   auto& st = self->state;
   uint64_t step = 0;
@@ -189,10 +206,38 @@ void fail_request(self_ptr self, uint64_t id, const caf::error& err) {
     if (step == 0)
       step = s->id;
   }
+  if (step == 0)
+    return;
+  if (st.sends_of.count(id) != 0) {
+    st.held.emplace(id, streamer_state::held_failure{step, err});
+    return;
+  }
   // The engine tells the decode node and the scheduler now, as it did
   // when the step ran inside it.
-  if (step != 0)
-    hand_off(self, st.engine, fail_atom_v, step, id, err);
+  hand_off(self, st.engine, fail_atom_v, step, id, err);
+}
+
+// Send `serial` ended: its requests' held failures go to the engine once
+// their last send ended.
+void send_ended(self_ptr self, uint64_t serial) {
+  auto& st = self->state;
+  auto i = st.sends.find(serial);
+  if (i == st.sends.end())
+    return;
+  auto ids = std::move(i->second);
+  st.sends.erase(i);
+  for (auto id : ids) {
+    auto n = st.sends_of.find(id);
+    if (n == st.sends_of.end() || --n->second > 0)
+      continue;
+    st.sends_of.erase(n);
+    auto h = st.held.find(id);
+    if (h == st.held.end())
+      continue;
+    auto held = std::move(h->second);
+    st.held.erase(h);
+    hand_off(self, st.engine, fail_atom_v, held.step, id, held.error);
+  }
 }
 
 // Staging offset of layer `l`'s slot: a layer loaded ahead has its own at
@@ -380,7 +425,8 @@ void start_load(self_ptr self, step_run& s, uint32_t l) {
     auto early = post_or_complete(*cfg.node->bulk, std::move(loopback),
                                   [hdl, step, l](bulk::completion c) {
                                     caf::anon_send(hdl, posted_atom_v, step, l,
-                                                   true, std::move(c.error));
+                                                   loopback_post,
+                                                   std::move(c.error));
                                   });
     if (early) {
       --lay.pushes_pending;
@@ -584,21 +630,29 @@ void start_send(self_ptr self, step_run& s, uint32_t l) {
   auto step = s.id;
   auto hdl = caf::actor_cast<caf::actor>(self);
   for (auto& [node, batch] : batches) {
+    auto& ids = batch_requests[node];
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     ++lay.posts_pending;
     batch.tag = (step << 16) | l;
+    auto serial = st.next_send++;
     auto early = post_or_complete(*cfg.node->bulk, std::move(batch),
-                                  [hdl, step, l](bulk::completion c) {
+                                  [hdl, step, l, serial](bulk::completion c) {
                                     caf::anon_send(hdl, posted_atom_v, step, l,
-                                                   false, std::move(c.error));
+                                                   serial, std::move(c.error));
                                   });
     if (early) {
       --lay.posts_pending;
       if (early->error)
-        for (auto id : batch_requests[node])
+        for (auto id : ids)
           fail_request(self, id, early->error);
       if (!current(self, step))
         return;
+      continue;
     }
+    for (auto id : ids)
+      ++st.sends_of[id];
+    st.sends.emplace(serial, std::move(ids));
   }
   post_done(self, s, l);
 }
@@ -704,15 +758,30 @@ void on_step(self_ptr self, prefill_step& plan) {
   advance_loads(self, *run);
 }
 
-void on_posted(self_ptr self, uint64_t step, uint32_t l, bool load,
+// A bulk batch of step `step`'s layer `l` completed: a load's loopback copy
+// (serial loopback_post: every request of the layer read through it) or
+// the send with `serial` (its requests, to one decode node).
+void on_posted(self_ptr self, uint64_t step, uint32_t l, uint64_t serial,
                caf::error err) {
+  const bool load = serial == loopback_post;
+  std::vector<uint64_t> sent;
+  if (!load) {
+    auto i = self->state.sends.find(serial);
+    if (i != self->state.sends.end())
+      sent = i->second;
+    send_ended(self, serial);
+  }
   auto* s = find_step(self, step);
   if (s == nullptr || l >= s->layers.size())
     return;
-  if (err)
+  if (err && load) {
     for (auto& lane : s->lanes)
       for (auto& c : lane.chunks)
         fail_request(self, c.plan.request_id, err);
+  } else if (err) {
+    for (auto id : sent)
+      fail_request(self, id, err);
+  }
   s = find_step(self, step);
   if (s == nullptr)
     return;
@@ -939,9 +1008,9 @@ layer_streamer(self_ptr self, engine_config cfg, layer_streamer_reports engine,
         on_computed(self, step, l);
       },
       [self](sent_atom, uint64_t step, uint32_t l) { on_sent(self, step, l); },
-      [self](posted_atom, uint64_t step, uint32_t l, bool load,
+      [self](posted_atom, uint64_t step, uint32_t l, uint64_t serial,
              caf::error& err) {
-        on_posted(self, step, l, load, std::move(err));
+        on_posted(self, step, l, serial, std::move(err));
       },
   };
 }

@@ -27,8 +27,11 @@
 // Basic runs its steps in series.
 // Real bytes are copied at once (byte-scaled); the streamer waits the
 // emulated time of every step with delayed messages. A push or send that
-// fails, or a decode node that is lost, fails the requests involved (the
-// engine is told, `fail`); the rest of the step goes on.
+// fails, or a decode node that is lost, fails the requests involved (a
+// send: the requests it carried to its one decode node), and the rest of
+// the step goes on. The engine is told (`fail`, which makes it release the
+// request's slot at its decode node) only once no send of the request is
+// in flight, so no byte of it lands in a slot given to another request.
 //
 // Thread safety: an actor. Ownership: see layer_streamer_actor.hpp.
 #pragma once

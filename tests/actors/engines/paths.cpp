@@ -12,7 +12,10 @@
 // travels back; persisted blocks hold the expected bytes and are hits for
 // the next turn; Oracle moves zero bytes; Basic reads only on the prefill
 // side and holds every layer at once; a read error becomes recomputed
-// misses; layerwise loads overlap compute where Basic's do not.
+// misses; layerwise loads overlap compute where Basic's do not; a send that
+// fails towards one decode node (a second one, "de1") fails only that
+// node's requests, and a request that fails while a send of it is under way
+// is reported to its decode node only once that send ended.
 //
 // Time: the readers and the bulk backends complete on their own I/O threads,
 // so these tests run in real time, at a large time scale (1 real us = 1
@@ -23,6 +26,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
+#include <set>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -92,6 +97,13 @@ scheduler_actor::behavior_type stand_in(scheduler_actor::pointer,
   };
 }
 
+// What else a rig may have: a second decode node "de1", and the prefill
+// node's bulk transport behind the fault-injecting decorator.
+struct rig_extras {
+  bool second_decode = false;
+  std::optional<bulk::fault_plan> pe_faults;
+};
+
 struct rig {
   test::temp_dir dir{"dp-engines"};
   caf::actor_system_config cfg;
@@ -107,10 +119,14 @@ struct rig {
   cluster::built_node de;
   caf::actor pe_engine;
   caf::actor de_engine;
+  // A second decode node "de1" (rig_extras::second_decode).
+  cluster::built_node de1;
+  caf::actor de1_engine;
 
   using tweak_fn = std::function<void(cluster::cluster_spec&)>;
 
-  explicit rig(load_mode mode, tweak_fn tweak = {}, double scale = 1000.0)
+  explicit rig(load_mode mode, tweak_fn tweak = {}, double scale = 1000.0,
+               rig_extras more = {})
       : time(steady_clock::now(), scale) {
     auto inner = storage::make_backend(
         storage::backend_config{storage::backend_kind::pread, 8});
@@ -124,8 +140,16 @@ struct rig {
     auto spec = make_spec(mode);
     if (tweak)
       tweak(spec);
-    pe = node(spec, "pe", engine_role::prefill);
+    if (more.second_decode)
+      spec.decode_nodes = 2;
+    pe = node(spec, "pe", engine_role::prefill, more.pe_faults);
     de = node(spec, "de", engine_role::decode);
+    if (more.second_decode) {
+      de1 = node(spec, "de1", engine_role::decode);
+      auto h = cluster::spawn_node_engine(sys, spec, de1.node, 0, time, sched);
+      REQUIRE(h);
+      de1_engine = *h;
+    }
     auto pe_hdl =
         cluster::spawn_node_engine(sys, spec, pe.node, 0, time, sched);
     REQUIRE(pe_hdl);
@@ -139,9 +163,14 @@ struct rig {
   ~rig() {
     caf::scoped_actor self{sys};
     for (auto& hdl :
-         {pe_engine, de_engine, caf::actor_cast<caf::actor>(pe.node->reader),
+         {pe_engine, de_engine, de1_engine,
+          caf::actor_cast<caf::actor>(pe.node->reader),
           caf::actor_cast<caf::actor>(de.node->reader),
+          de1.node ? caf::actor_cast<caf::actor>(de1.node->reader)
+                   : caf::actor{},
           caf::actor_cast<caf::actor>(sched)}) {
+      if (!hdl)
+        continue;
       self->monitor(hdl);
       self->send_exit(hdl, caf::exit_reason::user_shutdown);
       self->receive([](const caf::down_msg&) {});
@@ -186,15 +215,20 @@ struct rig {
   }
 
   cluster::built_node node(const cluster::cluster_spec& spec,
-                           const std::string& name, engine_role role) {
+                           const std::string& name, engine_role role,
+                           std::optional<bulk::fault_plan> faults = {}) {
     bulk::options opts;
     opts.backend = "local";
     opts.node = name;
     auto b = bulk::make_local_backend(opts, fabric);
     REQUIRE(b);
-    auto built = cluster::build_node(
-        sys, spec, name, role, std::shared_ptr<bulk::backend>(std::move(*b)),
-        store, time);
+    std::unique_ptr<bulk::backend> transport = std::move(*b);
+    if (faults)
+      transport = bulk::make_fault_backend(std::move(transport), *faults);
+    auto built =
+        cluster::build_node(sys, spec, name, role,
+                            std::shared_ptr<bulk::backend>(std::move(transport)),
+                            store, time);
     REQUIRE_MESSAGE(built, (built ? "" : sys.render(built.error())));
     return std::move(*built);
   }
@@ -314,6 +348,95 @@ TEST_CASE("both read paths and a split leave the exact prompt KV at the DE") {
     CHECK_GE(r.ttst_ns, r.ttft_ns);
     CHECK_GE(r.done_ns, r.ttst_ns);
   }
+}
+
+TEST_CASE("a send that fails towards one decode node fails only that node's "
+          "requests; the other node's KV is exact") {
+  // Posts from the prefill node to de1 fail (peer_lost, as when de1's
+  // process dies), their completions later, as over a network. Requests
+  // alternate between de and de1: the first admitted runs alone, the others
+  // share the step packed after it, whose sends to de1 fail while those to
+  // de are under way.
+  bulk::fault_plan plan;
+  plan.drop_peer = "de1";
+  plan.delay = milliseconds(20);
+  rig c{load_mode::dualpath, {}, 1000.0, rig_extras{true, plan}};
+  constexpr uint64_t n = 6;
+  std::vector<assignment> batch;
+  for (uint64_t id = 1; id <= n; ++id) {
+    auto tokens = rig::prompt(static_cast<uint32_t>(id), 3, 2);
+    c.populate(tokens, 2);
+    auto a = c.make(spec(id, tokens, 4, {7, 8, 9, 10}), read_plan{2, 2});
+    if (id % 2 == 0) {
+      a.decode = engine_id{"de1", engine_role::decode, 0};
+      a.decode_actor = c.de1_engine;
+    }
+    caf::anon_send(caf::actor_cast<decode_engine_actor>(a.decode_actor),
+                   assign_atom_v, a);
+    batch.push_back(std::move(a));
+  }
+  caf::anon_send(caf::actor_cast<prefill_engine_actor>(c.pe_engine),
+                 prefill_atom_v, work_batch{std::move(batch)});
+  std::unique_lock<std::mutex> lock{c.box->mtx};
+  auto& box = *c.box;
+  auto failed = [&] {
+    std::set<uint64_t> ids;
+    for (auto& f : box.failures)
+      ids.insert(f.id);
+    return ids;
+  };
+  box.cv.wait_for(lock, seconds(20), [&] {
+    return box.results.size() + failed().size() >= n;
+  });
+  // Whatever else would fail has had its time.
+  box.cv.wait_for(lock, milliseconds(300), [] { return false; });
+  // Every request of de completed with its exact KV; every one of de1
+  // failed, and only for its node.
+  CHECK_EQ(box.results.size(), n / 2);
+  for (auto& r : box.results) {
+    CAPTURE(r.id);
+    CHECK_EQ(r.id % 2, 1u);
+    CHECK_EQ(r.verify_failures, 0u);
+    CHECK_EQ(r.blocks_verified, 4u); // 3 full blocks + the partial one
+  }
+  CHECK_EQ(failed().size(), n / 2);
+  for (auto& f : box.failures) {
+    CAPTURE(f.id);
+    CHECK_EQ(f.id % 2, 0u);
+    CHECK_EQ(static_cast<transport::transport_errc>(f.error.code()),
+             transport::transport_errc::peer_lost);
+  }
+}
+
+TEST_CASE("a request that fails while a send of it is under way is reported "
+          "(and its decode slot released) only once that send ended") {
+  // Layer 0's send to de passes but completes 300 ms later, as over a slow
+  // network; layer 1's fails at once. Until layer 0's bytes have landed, de
+  // must not hear of the failure: it would give the request's buffer slots
+  // to another request, into which they would then land.
+  bulk::fault_plan plan;
+  plan.fail_after = 1;
+  plan.delay = milliseconds(300);
+  plan.fail_at_once = true;
+  rig c{load_mode::dualpath, {}, 1000.0, rig_extras{false, plan}};
+  auto tokens = rig::prompt(1, 3, 2);
+  c.populate(tokens, 2);
+  auto a = c.make(spec(1, tokens, 4, {7, 8, 9, 10}), read_plan{2, 2});
+  caf::anon_send(caf::actor_cast<decode_engine_actor>(c.de_engine),
+                 assign_atom_v, a);
+  auto start = steady_clock::now();
+  caf::anon_send(caf::actor_cast<prefill_engine_actor>(c.pe_engine),
+                 prefill_atom_v, work_batch{{a}});
+  std::unique_lock<std::mutex> lock{c.box->mtx};
+  REQUIRE(c.box->cv.wait_for(lock, seconds(20),
+                             [&] { return !c.box->failures.empty(); }));
+  auto took = steady_clock::now() - start;
+  auto& f = c.box->failures.front();
+  CHECK_EQ(f.id, 1u);
+  CHECK_EQ(static_cast<transport::transport_errc>(f.error.code()),
+           transport::transport_errc::injected_fault);
+  CHECK(took >= milliseconds(300));
+  CHECK(c.box->results.empty());
 }
 
 TEST_CASE("a request chunked across steps is byte-exact at the DE") {

@@ -1,7 +1,8 @@
 // ctest-label: transport
 // The fault-injection decorator around a real tcp backend pair: fail after N,
-// drop peer (and reconnect once the fault is gone), delay, corrupt a byte on
-// the wire while the caller's buffer stays intact.
+// drop peer (and reconnect once the fault is gone), delay, injected failures
+// that overtake delayed completions, corrupt a byte on the wire while the
+// caller's buffer stays intact.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -81,6 +82,27 @@ TEST_CASE("delay: completions arrive no earlier than the delay") {
   auto start = clock_type::now();
   CHECK(!f.write().error);
   CHECK(clock_type::now() - start >= 150ms);
+}
+
+TEST_CASE("fail at once: an injected failure overtakes a delayed completion") {
+  fault_plan plan;
+  plan.delay = 300ms;
+  plan.fail_after = 1;
+  plan.fail_at_once = true;
+  fixture f{plan};
+  std::promise<clock_type::time_point> ok, failed;
+  auto post = [&](std::promise<clock_type::time_point>& p) {
+    batch x;
+    x.writes.push_back({&*f.rs, 0, *f.rd->describe().subrange(0, 64)});
+    f.a->post(std::move(x), [&p](completion) { p.set_value(clock_type::now()); });
+  };
+  auto start = clock_type::now();
+  post(ok);     // passes, its completion held back 300 ms
+  post(failed); // injected: at once
+  auto t_failed = failed.get_future().get();
+  auto t_ok = ok.get_future().get();
+  CHECK(t_failed < t_ok);
+  CHECK(t_ok - start >= 300ms);
 }
 
 TEST_CASE("corrupt byte: the receiver sees one flipped byte, the sender's "

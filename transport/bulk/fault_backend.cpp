@@ -120,9 +120,9 @@ private:
   void schedule(completion_sink sink, completion c, bool at_once = false) {
     {
       std::lock_guard<std::mutex> guard{mtx_};
-      due_.emplace(clock_type::now() + (at_once ? clock_type::duration{0}
-                                                : clock_type::duration{
-                                                    plan_.delay}),
+      due_.emplace(clock_type::now()
+                       + (at_once ? clock_type::duration{0}
+                                  : clock_type::duration{plan_.delay}),
                    std::make_pair(std::move(sink), std::move(c)));
     }
     cv_.notify_all();

@@ -175,8 +175,7 @@ private:
             ++stats_.deadline_exceeded;
         } else {
           ++stats_.batches_completed;
-          stats_.bytes_sent[static_cast<size_t>(item.b.tclass)] +=
-              res.bytes;
+          stats_.bytes_sent[static_cast<size_t>(item.b.tclass)] += res.bytes;
         }
       }
       if (item.sink)

@@ -78,7 +78,7 @@ transport_errc region_table::hold(uint32_t id, const void* base, pin& out) {
 }
 
 caf::expected<std::vector<region_table::pin>> hold_sources(region_table& table,
-                                                          const batch& b) {
+                                                           const batch& b) {
   std::vector<region_table::pin> held;
   std::vector<uint32_t> ids; // held's regions (a batch has a few)
   for (size_t i = 0; i < b.writes.size(); ++i) {
@@ -88,7 +88,8 @@ caf::expected<std::vector<region_table::pin>> hold_sources(region_table& table,
     region_table::pin p;
     if (table.hold(src.id(), src.data(), p) != transport_errc::none)
       return caf::make_error(transport_errc::unknown_region,
-                             "write " + std::to_string(i) + ": its source (region "
+                             "write " + std::to_string(i)
+                                 + ": its source (region "
                                  + std::to_string(src.id())
                                  + ") is not registered with this backend");
     ids.push_back(src.id());

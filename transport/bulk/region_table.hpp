@@ -117,7 +117,7 @@ private:
 /// read them. Error: unknown_region, naming the write whose source is not
 /// (or no longer) registered here.
 caf::expected<std::vector<region_table::pin>> hold_sources(region_table& table,
-                                                          const batch& b);
+                                                           const batch& b);
 
 /// 64 random bits from OpenSSL's CSPRNG (keys, nonces).
 uint64_t random_u64();

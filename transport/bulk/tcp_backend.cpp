@@ -123,8 +123,7 @@ protected:
   void deregister(uint32_t region_id) override {
     // Batches still reading it fail now (unknown_region), not at their
     // deadline; incoming writes finish landing.
-    ctx_.regions.remove(region_id,
-                        [&] { sender_.cancel_source(region_id); });
+    ctx_.regions.remove(region_id, [&] { sender_.cancel_source(region_id); });
   }
 
 private:

@@ -611,11 +611,10 @@ private:
                           [region](auto& s) { return s.id() == region; }))
         continue;
       abort_batch(b,
-                  caf::make_error(transport_errc::unknown_region,
-                                  "batch " + std::to_string(b.tag)
-                                      + ": its source region "
-                                      + std::to_string(region)
-                                      + " was deregistered"),
+                  caf::make_error(
+                      transport_errc::unknown_region,
+                      "batch " + std::to_string(b.tag) + ": its source region "
+                          + std::to_string(region) + " was deregistered"),
                   "connection closed after a deregistered source mid-frame");
     }
   }

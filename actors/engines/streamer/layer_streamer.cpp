@@ -422,12 +422,12 @@ void start_load(self_ptr self, step_run& s, uint32_t l) {
   if (!loopback.writes.empty()) {
     ++lay.pushes_pending;
     auto hdl = caf::actor_cast<caf::actor>(self);
-    auto early = post_or_complete(*cfg.node->bulk, std::move(loopback),
-                                  [hdl, step, l](bulk::completion c) {
-                                    caf::anon_send(hdl, posted_atom_v, step, l,
-                                                   loopback_post,
-                                                   std::move(c.error));
-                                  });
+    auto early =
+        post_or_complete(*cfg.node->bulk, std::move(loopback),
+                         [hdl, step, l](bulk::completion c) {
+                           caf::anon_send(hdl, posted_atom_v, step, l,
+                                          loopback_post, std::move(c.error));
+                         });
     if (early) {
       --lay.pushes_pending;
       if (early->error) {

@@ -162,13 +162,12 @@ struct rig {
 
   ~rig() {
     caf::scoped_actor self{sys};
-    for (auto& hdl :
-         {pe_engine, de_engine, de1_engine,
-          caf::actor_cast<caf::actor>(pe.node->reader),
-          caf::actor_cast<caf::actor>(de.node->reader),
-          de1.node ? caf::actor_cast<caf::actor>(de1.node->reader)
-                   : caf::actor{},
-          caf::actor_cast<caf::actor>(sched)}) {
+    for (auto& hdl : {pe_engine, de_engine, de1_engine,
+                      caf::actor_cast<caf::actor>(pe.node->reader),
+                      caf::actor_cast<caf::actor>(de.node->reader),
+                      de1.node ? caf::actor_cast<caf::actor>(de1.node->reader)
+                               : caf::actor{},
+                      caf::actor_cast<caf::actor>(sched)}) {
       if (!hdl)
         continue;
       self->monitor(hdl);
@@ -225,10 +224,9 @@ struct rig {
     std::unique_ptr<bulk::backend> transport = std::move(*b);
     if (faults)
       transport = bulk::make_fault_backend(std::move(transport), *faults);
-    auto built =
-        cluster::build_node(sys, spec, name, role,
-                            std::shared_ptr<bulk::backend>(std::move(transport)),
-                            store, time);
+    auto built = cluster::build_node(
+        sys, spec, name, role,
+        std::shared_ptr<bulk::backend>(std::move(transport)), store, time);
     REQUIRE_MESSAGE(built, (built ? "" : sys.render(built.error())));
     return std::move(*built);
   }
@@ -385,9 +383,8 @@ TEST_CASE("a send that fails towards one decode node fails only that node's "
       ids.insert(f.id);
     return ids;
   };
-  box.cv.wait_for(lock, seconds(20), [&] {
-    return box.results.size() + failed().size() >= n;
-  });
+  box.cv.wait_for(lock, seconds(20),
+                  [&] { return box.results.size() + failed().size() >= n; });
   // Whatever else would fail has had its time.
   box.cv.wait_for(lock, milliseconds(300), [] { return false; });
   // Every request of de completed with its exact KV; every one of de1

@@ -94,7 +94,8 @@ TEST_CASE("fail at once: an injected failure overtakes a delayed completion") {
   auto post = [&](std::promise<clock_type::time_point>& p) {
     batch x;
     x.writes.push_back({&*f.rs, 0, *f.rd->describe().subrange(0, 64)});
-    f.a->post(std::move(x), [&p](completion) { p.set_value(clock_type::now()); });
+    f.a->post(std::move(x),
+              [&p](completion) { p.set_value(clock_type::now()); });
   };
   auto start = clock_type::now();
   post(ok);     // passes, its completion held back 300 ms

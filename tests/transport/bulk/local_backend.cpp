@@ -141,7 +141,8 @@ TEST_CASE("ending a source's registration waits for the batches that read "
   std::vector<completion> done;
   for (size_t i = 0; i < n; ++i) {
     batch x;
-    x.writes.push_back({&*src, i * len, *to->describe().subrange(i * len, len)});
+    x.writes.push_back(
+        {&*src, i * len, *to->describe().subrange(i * len, len)});
     a->post(std::move(x), [&](completion c) {
       std::lock_guard<std::mutex> guard{mtx};
       done.push_back(std::move(c));

@@ -79,11 +79,11 @@ transport_errc region_table::hold(uint32_t id, const void* base, pin& out) {
 
 caf::expected<std::vector<region_table::pin>> hold_sources(region_table& table,
                                                            const batch& b) {
-  std::vector<region_table::pin> held;
-  std::vector<uint32_t> ids; // held's regions (a batch has a few)
+  std::vector<region_table::pin> held; // a batch has a few regions
   for (size_t i = 0; i < b.writes.size(); ++i) {
     const auto& src = *b.writes[i].source;
-    if (std::find(ids.begin(), ids.end(), src.id()) != ids.end())
+    if (std::any_of(held.begin(), held.end(),
+                    [&](const auto& p) { return p.id() == src.id(); }))
       continue;
     region_table::pin p;
     if (table.hold(src.id(), src.data(), p) != transport_errc::none)
@@ -92,7 +92,6 @@ caf::expected<std::vector<region_table::pin>> hold_sources(region_table& table,
                                  + ": its source (region "
                                  + std::to_string(src.id())
                                  + ") is not registered with this backend");
-    ids.push_back(src.id());
     held.push_back(std::move(p));
   }
   return held;

@@ -218,12 +218,12 @@ void fail_request(self_ptr self, uint64_t id, const caf::error& err) {
 }
 
 // Send `serial` ended: its requests' held failures go to the engine once
-// their last send ended.
-void send_ended(self_ptr self, uint64_t serial) {
+// their last send ended. Returns the requests it carried.
+std::vector<uint64_t> send_ended(self_ptr self, uint64_t serial) {
   auto& st = self->state;
   auto i = st.sends.find(serial);
   if (i == st.sends.end())
-    return;
+    return {};
   auto ids = std::move(i->second);
   st.sends.erase(i);
   for (auto id : ids) {
@@ -238,6 +238,7 @@ void send_ended(self_ptr self, uint64_t serial) {
     st.held.erase(h);
     hand_off(self, st.engine, fail_atom_v, held.step, id, held.error);
   }
+  return ids;
 }
 
 // Staging offset of layer `l`'s slot: a layer loaded ahead has its own at
@@ -764,13 +765,7 @@ void on_step(self_ptr self, prefill_step& plan) {
 void on_posted(self_ptr self, uint64_t step, uint32_t l, uint64_t serial,
                caf::error err) {
   const bool load = serial == loopback_post;
-  std::vector<uint64_t> sent;
-  if (!load) {
-    auto i = self->state.sends.find(serial);
-    if (i != self->state.sends.end())
-      sent = i->second;
-    send_ended(self, serial);
-  }
+  auto sent = load ? std::vector<uint64_t>{} : send_ended(self, serial);
   auto* s = find_step(self, step);
   if (s == nullptr || l >= s->layers.size())
     return;

@@ -127,6 +127,15 @@ batch one_write(const local_registration& src, uint64_t src_off,
   return b;
 }
 
+// Writes 4 KiB from `src` to the start of `dst` and waits until it landed:
+// the connection is up (and authenticated) before a test stalls the peer.
+void first_write_lands(backend& a, const local_registration& src,
+                       const remote_region& dst) {
+  waiter w;
+  a.post(one_write(src, 0, *dst.subrange(0, 4096)), w.sink());
+  REQUIRE(!w.get().error);
+}
+
 std::vector<uint8_t> pattern(size_t n, uint32_t seed) {
   std::vector<uint8_t> v(n);
   std::mt19937 rng{seed};
@@ -483,12 +492,7 @@ TEST_CASE("a receiver killed mid-batch fails every pending batch within its "
   REQUIRE(!a->connect("child", {child.address.begin(), child.address.end()}));
   std::vector<uint8_t> src_bytes(len, 3);
   auto src = a->register_region(src_bytes.data(), src_bytes.size());
-  // Warm up: the connection is established and a write succeeds.
-  {
-    waiter w;
-    a->post(one_write(*src, 0, *child.region.subrange(0, 4096)), w.sink());
-    REQUIRE(!w.get().error);
-  }
+  first_write_lands(*a, *src, child.region);
   // Many large batches; kill the receiver while they are in flight.
   constexpr int n = 16;
   std::vector<waiter> ws(n);
@@ -527,11 +531,7 @@ TEST_CASE("a stalled receiver makes batches fail at their deadline") {
   REQUIRE(!a->connect("child", {child.address.begin(), child.address.end()}));
   std::vector<uint8_t> src_bytes(len, 5);
   auto src = a->register_region(src_bytes.data(), src_bytes.size());
-  {
-    waiter w;
-    a->post(one_write(*src, 0, *child.region.subrange(0, 4096)), w.sink());
-    REQUIRE(!w.get().error);
-  }
+  first_write_lands(*a, *src, child.region);
   child.kill(SIGSTOP);
   auto start = clock_type::now();
   batch b = one_write(*src, 0, child.region);
@@ -557,11 +557,7 @@ TEST_CASE("ending a source's registration fails the batch that reads it "
   auto reg = a->register_region(src_bytes->data(), len);
   REQUIRE(reg);
   std::optional<local_registration> src{std::move(*reg)};
-  {
-    waiter w;
-    a->post(one_write(*src, 0, *child.region.subrange(0, 4096)), w.sink());
-    REQUIRE(!w.get().error);
-  }
+  first_write_lands(*a, *src, child.region);
   // The receiver stalls: 64 MiB cannot all leave, so the sender still reads
   // the source (a frame of it partly written) when its owner ends the
   // registration and frees the memory (a read after that faults: the
